@@ -1,0 +1,60 @@
+"""The RL objectives as pure tensor functions, and one registry naming them.
+
+A trainer looks an objective up by name, builds its config from the run's options, computes the
+batch tensors ``needs(config)`` lists once per step, calls ``prepare`` once per step and ``loss``
+per micro-batch. Adding an objective means adding an entry here; no training code changes.
+
+Batch tensors: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``entropy``, ``values``,
+``new_values`` (B, T); ``response_mask`` (B, T); ``rewards`` (B,) in {0, 1}; rows in groups of n.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from pacs.algorithms.core import PolicyLossConfig
+from pacs.algorithms.grpo import GrpoConfig, grpo_loss, grpo_prepare
+from pacs.algorithms.pacs import PacsConfig, pacs_batch_loss, pacs_prepare
+from pacs.algorithms.ppo import PpoConfig, ppo_loss, ppo_prepare, ppo_value_loss
+
+Batch = Mapping[str, Tensor]
+LossFn = Callable[[Batch, int, Any], tuple[Tensor, dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class Objective:
+    config: type  # frozen dataclass of the objective's options; defaults are the paper's
+    needs: Callable[[Any], frozenset[str]]  # batch tensors beyond logprobs, response_mask, rewards
+    prepare: Callable[[Batch, int, Any], dict[str, Tensor]]  # once per step, on the whole batch
+    loss: LossFn  # per micro-batch of whole groups, with grad
+    value_loss: Callable[[Batch, Any], tuple[Tensor, dict[str, Tensor]]] | None = None  # critic, if any
+
+
+def _pacs_needs(config: PacsConfig) -> frozenset[str]:
+    return frozenset({"log-ratio": {"old_logprobs"}, "reference": {"ref_logprobs"}}.get(config.reward_proxy, ()))
+
+
+def _policy_needs(config: PolicyLossConfig) -> frozenset[str]:
+    needs = {"old_logprobs"}
+    if config.kl_coef:
+        needs.add("ref_logprobs")
+    if config.entropy_coef:
+        needs.add("entropy")
+    return frozenset(needs)
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "pacs": Objective(PacsConfig, _pacs_needs, pacs_prepare, pacs_batch_loss),
+    "grpo": Objective(GrpoConfig, _policy_needs, grpo_prepare, grpo_loss),
+    "ppo": Objective(
+        PpoConfig, lambda c: _policy_needs(c) | {"values"}, ppo_prepare, ppo_loss, value_loss=ppo_value_loss
+    ),
+}
+
+
+def get_objective(name: str) -> Objective:
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name]

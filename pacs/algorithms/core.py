@@ -1,0 +1,159 @@
+"""Pieces shared by the objectives: masked reductions, loss aggregation, KL estimators,
+and the PPO clipped surrogate that GRPO and PPO both optimise.
+
+Every reduction goes through `torch.where` on the mask, so padded positions may hold
+anything (even -inf log-probs) without leaking into a sum.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k3")
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    x = torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return x.sum() if dim is None else x.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean over the positions where mask is 1; an empty selection gives 0, not NaN."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over masked positions, with Bessel's correction as in verl."""
+    mean = masked_mean(x, mask)
+    count = mask.sum()
+    var = masked_sum((x - mean) ** 2, mask) / (count - 1).clamp(min=1)
+    return (x - mean) * torch.rsqrt(var + eps)
+
+
+def aggregate_loss(
+    loss_mat: Tensor, response_mask: Tensor, mode: str, max_response_length: int | None = None
+) -> Tensor:
+    """Reduce a (B, T) per-token loss to a scalar.
+
+    With m the mask, ℓ the loss, B rows and |o_i| = Σ_t m_it:
+    - ``token-mean``:               Σ_it m ℓ / Σ_it m              (every token of the batch weighs the same)
+    - ``seq-mean-token-sum``:       (1/B) Σ_i Σ_t m ℓ               (long answers weigh more)
+    - ``seq-mean-token-mean``:      (1/B) Σ_i (Σ_t m ℓ / |o_i|)     (every answer weighs the same)
+    - ``seq-mean-token-sum-norm``:  Σ_it m ℓ / L                    (Dr. GRPO; L = max_response_length, or T
+      when not given). As in verl this divides by L only, not by B: the paper's baselines used it.
+    """
+    if mode == "token-mean":
+        return masked_mean(loss_mat, response_mask)
+    seq_sums = masked_sum(loss_mat, response_mask, dim=-1)  # (B,)
+    if mode == "seq-mean-token-sum":
+        return seq_sums.mean()
+    if mode == "seq-mean-token-mean":
+        return (seq_sums / response_mask.sum(-1).clamp(min=1)).mean()
+    if mode == "seq-mean-token-sum-norm":
+        return seq_sums.sum() / (max_response_length or response_mask.shape[-1])
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {LOSS_AGG_MODES}")
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor:
+    """Per-token estimate of KL(π_θ || π_ref) from samples of π_θ (Schulman, "Approximating KL").
+
+    - ``k1``: log π_θ − log π_ref (unbiased, high variance, can be negative)
+    - ``k3``: ρ − log ρ − 1 with ρ = π_ref/π_θ (unbiased, non-negative); clamped to [-10, 10] as verl's low_var_kl
+    """
+    log_ratio = logprobs - ref_logprobs
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k3":
+        return (torch.exp(-log_ratio) + log_ratio - 1).clamp(-10, 10)
+    raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """Options of the clipped policy loss shared by GRPO and PPO (verl names in brackets)."""
+
+    clip_ratio_low: float = 0.2  # ε_low: ratio clipped below at 1 − ε_low [clip_ratio_low]
+    clip_ratio_high: float = 0.2  # ε_high: ratio clipped above at 1 + ε_high (DAPO uses 0.28) [clip_ratio_high]
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (Ye et al. 2020) [clip_ratio_c]
+    loss_agg_mode: str = "seq-mean-token-sum-norm"  # the paper's baselines; see aggregate_loss
+    max_response_length: int | None = None  # L of seq-mean-token-sum-norm; None uses the padded T
+    kl_coef: float = 0.0  # weight of the KL-to-reference loss; 0 disables it [use_kl_loss, kl_loss_coef]
+    kl_estimator: str = "k3"  # k1 or k3 [kl_loss_type: kl, low_var_kl]
+    entropy_coef: float = 0.0  # entropy bonus; the paper used 0 [entropy_coeff]
+
+    def __post_init__(self):
+        if self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {self.clip_ratio_c}")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {LOSS_AGG_MODES}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator {self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    config: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Dual-clip PPO surrogate (Schulman et al. 2017; Ye et al. 2020), per token:
+
+        ℓ = max(−A ρ, −A clip(ρ, 1−ε_low, 1+ε_high)),  ρ = exp(log π_θ − log π_old)
+        ℓ = min(ℓ, −A c)  where A < 0
+
+    aggregated with ``config.loss_agg_mode``. ``advantages`` is (B, T) or (B,) for one per answer.
+    At ρ = 1 the gradient is the plain policy gradient −A ∇log π_θ.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # (B, 1) broadcasts over tokens
+    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)  # keeps exp finite on wild samples
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - config.clip_ratio_low, 1 + config.clip_ratio_high)
+    clip_max = torch.maximum(unclipped, clipped)
+    dual = torch.minimum(clip_max, -advantages * config.clip_ratio_c)
+    loss_mat = torch.where(advantages < 0, dual, clip_max)  # (B, T)
+    loss = aggregate_loss(loss_mat, response_mask, config.loss_agg_mode, config.max_response_length)
+    with torch.no_grad():
+        metrics = {
+            "pg_loss": loss.detach(),
+            "clip_frac": masked_mean((clipped > unclipped).float(), response_mask),
+            "clip_frac_lower": masked_mean(((clip_max > dual) & (advantages < 0)).float(), response_mask),
+            "approx_kl_old": masked_mean(-log_ratio, response_mask),
+        }
+    return loss, metrics
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    config: PolicyLossConfig,
+    ref_logprobs: Tensor | None = None,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO-clip loss + kl_coef · KL(π_θ‖π_ref) − entropy_coef · H, each aggregated the same way."""
+    loss, metrics = ppo_clip_loss(logprobs, old_logprobs, advantages, response_mask, config)
+
+    def agg(x: Tensor) -> Tensor:
+        return aggregate_loss(x, response_mask, config.loss_agg_mode, config.max_response_length)
+
+    if config.kl_coef:
+        if ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs")
+        kl = agg(kl_penalty(logprobs, ref_logprobs, config.kl_estimator))
+        loss = loss + config.kl_coef * kl
+        metrics["kl_ref"] = kl.detach()
+    if config.entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        ent = agg(entropy)
+        loss = loss - config.entropy_coef * ent
+        metrics["entropy_bonus"] = ent.detach()
+    metrics["loss"] = loss.detach()
+    return loss, metrics

@@ -1,0 +1,41 @@
+"""GRPO (Shao et al. 2024, DeepSeekMath): group-normalised outcome rewards as the advantage of
+every token of an answer, optimised with the dual-clip PPO surrogate, no critic.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from pacs.algorithms.advantages import grpo_scores
+from pacs.algorithms.core import PolicyLossConfig, policy_loss
+
+
+@dataclass(frozen=True)
+class GrpoConfig(PolicyLossConfig):
+    """GRPO options: the clipped policy loss's, plus how rewards are normalised in a group."""
+
+    norm_by_std: bool = True  # divide by the group std; False is Dr. GRPO [norm_adv_by_std_in_grpo]
+    eps: float = 1e-6  # added to the group std
+
+
+def grpo_advantages(rewards: Tensor, n: int, config: GrpoConfig) -> Tensor:
+    """(B,) advantage per answer, (R_i − mean) / (std + ε) within its group of n."""
+    return grpo_scores(rewards, n, config.norm_by_std, config.eps)
+
+
+def grpo_prepare(batch: Mapping[str, Tensor], n: int, config: GrpoConfig) -> dict[str, Tensor]:
+    return {"advantages": grpo_advantages(batch["rewards"], n, config)}
+
+
+def grpo_loss(batch: Mapping[str, Tensor], n: int, config: GrpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
+    """The dual-clip PPO surrogate with GRPO advantages, plus optional KL and entropy terms."""
+    return policy_loss(
+        batch["logprobs"],
+        batch["old_logprobs"],
+        batch["advantages"],
+        batch["response_mask"],
+        config,
+        ref_logprobs=batch.get("ref_logprobs"),
+        entropy=batch.get("entropy"),
+    )

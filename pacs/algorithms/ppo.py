@@ -1,0 +1,90 @@
+"""PPO with a learned critic (Schulman et al. 2017) for outcome rewards, as verl runs it:
+the reward sits on the last response token, GAE(γ, λ) gives token advantages from the critic's
+values, advantages are whitened over the batch, and the critic regresses the returns.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pacs.algorithms.advantages import gae, outcome_token_rewards, whiten_advantages
+from pacs.algorithms.core import LOSS_AGG_MODES, PolicyLossConfig, aggregate_loss, masked_mean, policy_loss
+
+
+@dataclass(frozen=True)
+class PpoConfig(PolicyLossConfig):
+    """PPO options: the clipped policy loss's, plus GAE and the critic's loss (verl names)."""
+
+    gamma: float = 1.0  # discount γ; the official baseline used 1 [algorithm.gamma]
+    lam: float = 1.0  # GAE λ; the official baseline used 1 [algorithm.lam]
+    whiten_advantages: bool = True  # normalise advantages over the batch's response tokens
+    value_clip: float = 0.5  # critic predictions clipped to old value ± this [critic.cliprange_value]
+    value_loss_agg_mode: str = "token-mean"  # aggregation of the critic loss [critic.loss_agg_mode]
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.value_loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"value_loss_agg_mode {self.value_loss_agg_mode!r} is not one of {LOSS_AGG_MODES}")
+
+
+def ppo_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, config: PpoConfig) -> tuple[Tensor, Tensor]:
+    """(B, T) advantages (whitened if configured) and (B, T) returns from (B,) outcome rewards."""
+    token_rewards = outcome_token_rewards(rewards, response_mask)
+    advantages, returns = gae(token_rewards, values, response_mask, config.gamma, config.lam)
+    if config.whiten_advantages:
+        advantages = whiten_advantages(advantages, response_mask)
+    return advantages, returns
+
+
+def clipped_value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    response_mask: Tensor,
+    value_clip: float,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Critic loss 0.5 · agg(max((V − G)², (clip(V, V_old ± c) − G)²)), G the GAE returns."""
+    clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+    unclipped_err = (values - returns) ** 2
+    clipped_err = (clipped - returns) ** 2
+    loss = 0.5 * aggregate_loss(torch.maximum(unclipped_err, clipped_err), response_mask, loss_agg_mode)
+    with torch.no_grad():
+        metrics = {
+            "value_loss": loss.detach(),
+            "value_clip_frac": masked_mean((clipped_err > unclipped_err).float(), response_mask),
+            "value_mean": masked_mean(values, response_mask),
+        }
+    return loss, metrics
+
+
+def ppo_prepare(batch: Mapping[str, Tensor], n: int, config: PpoConfig) -> dict[str, Tensor]:
+    advantages, returns = ppo_advantages(batch["rewards"], batch["values"], batch["response_mask"], config)
+    return {"advantages": advantages, "returns": returns}
+
+
+def ppo_loss(batch: Mapping[str, Tensor], n: int, config: PpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
+    """The actor's loss: dual-clip PPO surrogate on GAE advantages, plus optional KL and entropy."""
+    return policy_loss(
+        batch["logprobs"],
+        batch["old_logprobs"],
+        batch["advantages"],
+        batch["response_mask"],
+        config,
+        ref_logprobs=batch.get("ref_logprobs"),
+        entropy=batch.get("entropy"),
+    )
+
+
+def ppo_value_loss(batch: Mapping[str, Tensor], config: PpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
+    """The critic's loss; ``batch["new_values"]`` are the critic's predictions with grad."""
+    return clipped_value_loss(
+        batch["new_values"],
+        batch["values"],
+        batch["returns"],
+        batch["response_mask"],
+        config.value_clip,
+        config.value_loss_agg_mode,
+    )

@@ -1,0 +1,1 @@
+"""`pacs bench`: speed measurements, written under results/bench/."""

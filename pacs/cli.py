@@ -1,0 +1,110 @@
+"""`pacs <verb>`: the only place that reads argv."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pacs.io import atomic_write_csv, atomic_write_json
+
+
+def _verify_config(args: argparse.Namespace):
+    from pacs.verify import VerifyConfig
+
+    return VerifyConfig(timeout_s=args.timeout_s)
+
+
+def cmd_bench_verifier(args: argparse.Namespace) -> int:
+    from pacs.bench.verifier import run_verifier_bench
+
+    report = run_verifier_bench(
+        args.answers, args.groups, args.n, args.distinct_per_group, args.seed, _verify_config(args)
+    )
+    atomic_write_json(args.out, report)
+    print(f"{'measurement':32s} {'answers':>8s} {'answers/s':>10s}")
+    for name, row in report["results"].items():
+        print(f"{name:32s} {row['answers']:8d} {row['answers_per_s']:10.1f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_check_golds(args: argparse.Namespace) -> int:
+    from pacs.data.sources import load_gold_rows
+    from pacs.verify import VerifierPool
+    from pacs.verify.gold_check import check_golds
+
+    rows = [r for b in args.benchmarks for r in load_gold_rows(args.data_dir, b)]
+    with VerifierPool(_verify_config(args), workers=args.workers) as pool:
+        checks = check_golds(rows, pool)
+    table = pd.DataFrame(
+        [
+            {
+                "benchmark": c.row.benchmark,
+                "row": c.row.row,
+                "gold": c.row.gold,
+                "right_status": c.right_status,
+                "wrong_answer": c.wrong_answer,
+                "wrong_status": c.wrong_status,
+                "ok": c.ok,
+            }
+            for c in checks
+        ]
+    )
+    atomic_write_csv(args.out, table)
+    summary = table.groupby("benchmark", sort=False)["ok"].agg(["size", "sum"])
+    for bench, (size, ok) in summary.iterrows():
+        print(f"{bench:10s} {ok:5d} / {size:5d} golds accepted")
+    failed = table[~table["ok"]]
+    for _, r in failed.iterrows():
+        print(
+            f"FAIL {r.benchmark} row {r.row}: gold {r.gold!r}: right answer {r.right_status}, "
+            f"wrong answer {r.wrong_status}"
+        )
+    print(f"{int(table['ok'].sum())} / {len(table)} accepted; wrote {args.out}")
+    return 1 if len(failed) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pacs.data.sources import LOCAL_BENCHMARKS
+
+    parser = argparse.ArgumentParser(prog="pacs", description=__doc__)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    bench = verbs.add_parser("bench", help="speed measurements, written under results/bench/")
+    what = bench.add_subparsers(dest="what", required=True)
+    bv = what.add_parser("verifier", help="verifier answers/s: in process, 1 and 2 workers, groups of n")
+    bv.add_argument("--answers", type=int, default=2000, help="distinct answers to score")
+    bv.add_argument("--groups", type=int, default=250, help="prompts in the grouped measurement")
+    bv.add_argument("--n", type=int, default=8, help="answers per prompt in the grouped measurement")
+    bv.add_argument("--distinct-per-group", type=int, default=3, help="distinct answer texts per group")
+    bv.add_argument("--seed", type=int, default=0)
+    bv.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
+    bv.add_argument("--out", type=Path, default=Path("results/bench/verifier.json"))
+    bv.set_defaults(func=cmd_bench_verifier)
+
+    cg = verbs.add_parser(
+        "check-golds",
+        help="every gold of local benchmark files, written as a model "
+        "answer, must verify as correct, and a wrong number as wrong",
+    )
+    cg.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    cg.add_argument("--benchmarks", nargs="+", default=list(LOCAL_BENCHMARKS), choices=list(LOCAL_BENCHMARKS))
+    cg.add_argument("--workers", type=int, default=2)
+    cg.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
+    cg.add_argument("--out", type=Path, default=Path("results/golds/gold_check.csv"))
+    cg.set_defaults(func=cmd_check_golds)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"pacs {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmark sources and their normalisation to one schema."""

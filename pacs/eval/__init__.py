@@ -1,0 +1,1 @@
+"""Evaluation: sampling N answers per problem, scoring them, and pass@k."""

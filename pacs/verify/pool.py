@@ -1,0 +1,170 @@
+"""Batch scoring in worker processes that the caller can kill.
+
+- Processes, never threads: math-verify and our deadline use SIGALRM, which needs a main thread.
+- Identical (gold, answer) pairs are scored once (the n answers of a group often repeat).
+- Work goes out in chunks; a worker reports each answer as it finishes, so the parent knows when
+  the current answer started. Past ``timeout_s + grace_s`` the worker is killed and replaced, the
+  answer is a ``timeout`` and the rest of its chunk is queued again. A worker that dies on its own
+  gives ``error``. The caller never hangs and never sees an exception from a bad answer.
+"""
+
+import multiprocessing as mp
+import signal
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from multiprocessing.connection import wait
+
+from pacs.verify.scoring import STATUSES, DeadlineExceeded, Verdict, VerifyConfig, score_answer
+
+_READY = "ready"
+
+
+def _worker_main(conn, config: VerifyConfig) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn.send(_READY)
+    while True:
+        try:
+            chunk = conn.recv()
+        except EOFError:
+            return
+        if chunk is None:
+            return
+        for idx, gold, answer in chunk:
+            try:
+                verdict = score_answer(gold, answer, config)
+            except DeadlineExceeded:  # the alarm fired just as scoring returned
+                verdict = Verdict("timeout", 0.0, "")
+            conn.send((idx, verdict))
+
+
+class _Worker:
+    def __init__(self, ctx, config: VerifyConfig):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.chunk: deque[int] = deque()  # unique-item indices sent and not yet answered
+        self.started = 0.0  # when the answer at chunk[0] started
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+class VerifierPool:
+    """``with VerifierPool(config, workers=2) as pool: verdicts = pool.score(golds, answers)``."""
+
+    def __init__(
+        self,
+        config: VerifyConfig = VerifyConfig(),
+        workers: int = 2,
+        chunk_size: int = 32,
+        hard_timeout_s: float | None = None,
+    ):
+        """``hard_timeout_s``: when the parent kills a worker stuck on one answer; by default one
+        second after the worker's own deadline (``config.timeout_s``) should have fired."""
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.config = config
+        self.chunk_size = chunk_size
+        self.hard_deadline_s = hard_timeout_s if hard_timeout_s is not None else config.timeout_s + 1.0
+        self._ctx = mp.get_context("forkserver")
+        # Workers fork from a server that has math-verify imported already: a replacement is cheap.
+        self._ctx.set_forkserver_preload(["pacs.verify.scoring"])
+        self._workers = [_Worker(self._ctx, config) for _ in range(workers)]
+        self.restarts = 0
+
+    def __enter__(self) -> "VerifierPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            w.proc.join(timeout=2)
+            if w.proc.is_alive():
+                w.kill()
+        self._workers = []
+
+    def score(self, golds: Sequence[str], answers: Sequence[str]) -> list[Verdict]:
+        """One verdict per (gold, answer) pair, in order."""
+        if len(golds) != len(answers):
+            raise ValueError(f"{len(golds)} golds but {len(answers)} answers")
+        pairs = list(zip(golds, answers, strict=True))
+        unique = list(dict.fromkeys(pairs))
+        index = {pair: i for i, pair in enumerate(unique)}
+        verdicts = self._score_unique(unique)
+        return [verdicts[index[pair]] for pair in pairs]
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self.restarts += 1
+        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.config)
+
+    def _score_unique(self, items: list[tuple[str, str]]) -> list[Verdict]:
+        results: list[Verdict | None] = [None] * len(items)
+        pending = deque(range(len(items)))
+        while pending or any(w.chunk for w in self._workers):
+            now = time.monotonic()
+            for w in self._workers:
+                if w.ready and not w.chunk and pending:
+                    ids = [pending.popleft() for _ in range(min(self.chunk_size, len(pending)))]
+                    try:
+                        w.conn.send([(i, *items[i]) for i in ids])
+                    except OSError:  # it died while idle: give the work to a fresh one
+                        pending.extendleft(reversed(ids))
+                        self._replace(w)
+                        continue
+                    w.chunk.extend(ids)
+                    w.started = now
+            busy = [w for w in self._workers if w.chunk]
+            next_deadline = min((w.started + self.hard_deadline_s for w in busy), default=now + 1.0)
+            ready = wait([w.conn for w in self._workers], timeout=max(0.0, next_deadline - now))
+            for w in list(self._workers):
+                if w.conn in ready:
+                    self._receive(w, results, pending)
+            now = time.monotonic()
+            for w in list(self._workers):
+                if w.chunk and now - w.started > self.hard_deadline_s:
+                    results[w.chunk.popleft()] = Verdict("timeout", 0.0, "")
+                    pending.extendleft(reversed(w.chunk))
+                    self._replace(w)
+        return results  # type: ignore[return-value]
+
+    def _receive(self, w: _Worker, results: list, pending: deque) -> None:
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):  # the worker died by itself (OOM, segfault)
+            if not w.ready:
+                raise RuntimeError(
+                    f"a verifier worker died while starting (exit code {w.proc.exitcode}); its error is above. "
+                    "Workers start like multiprocessing's spawn: the main script needs an "
+                    "`if __name__ == '__main__':` guard and must be a real file."
+                ) from None
+            if w.chunk:
+                results[w.chunk.popleft()] = Verdict("error", 0.0, "verifier worker died")
+                pending.extendleft(reversed(w.chunk))
+            self._replace(w)
+            return
+        if msg == _READY:
+            w.ready = True
+            return
+        idx, verdict = msg
+        assert w.chunk and w.chunk[0] == idx, "worker answered out of order"
+        w.chunk.popleft()
+        results[idx] = verdict
+        w.started = time.monotonic()
+
+
+def status_counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """Count of each status, every status present (zeros included), for reports."""
+    counts = Counter(v.status for v in verdicts)
+    return {s: counts.get(s, 0) for s in STATUSES}
