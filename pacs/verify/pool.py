@@ -75,7 +75,8 @@ class VerifierPool:
         # Workers fork from a server that has math-verify imported already: a replacement is cheap.
         self._ctx.set_forkserver_preload(["pacs.verify.scoring"])
         self._workers = [_Worker(self._ctx, config) for _ in range(workers)]
-        self.restarts = 0
+        self.restarts = 0  # workers killed or lost and replaced
+        self.unique_scored = 0  # distinct (gold, answer) pairs sent to workers
 
     def __enter__(self) -> "VerifierPool":
         return self
@@ -102,6 +103,7 @@ class VerifierPool:
         unique = list(dict.fromkeys(pairs))
         index = {pair: i for i, pair in enumerate(unique)}
         verdicts = self._score_unique(unique)
+        self.unique_scored += len(unique)
         return [verdicts[index[pair]] for pair in pairs]
 
     def _replace(self, w: _Worker) -> None:
