@@ -14,10 +14,10 @@ from typing import Any
 
 from torch import Tensor
 
-from pacs.algorithms.core import PolicyLossConfig
-from pacs.algorithms.grpo import GrpoConfig, grpo_loss, grpo_prepare
+from pacs.algorithms.core import PolicyLossConfig, policy_batch_loss
+from pacs.algorithms.grpo import GrpoConfig, grpo_prepare
 from pacs.algorithms.pacs import PacsConfig, pacs_batch_loss, pacs_prepare
-from pacs.algorithms.ppo import PpoConfig, ppo_loss, ppo_prepare, ppo_value_loss
+from pacs.algorithms.ppo import PpoConfig, ppo_prepare, ppo_value_loss
 
 Batch = Mapping[str, Tensor]
 LossFn = Callable[[Batch, int, Any], tuple[Tensor, dict[str, Tensor]]]
@@ -47,9 +47,9 @@ def _policy_needs(config: PolicyLossConfig) -> frozenset[str]:
 
 OBJECTIVES: dict[str, Objective] = {
     "pacs": Objective(PacsConfig, _pacs_needs, pacs_prepare, pacs_batch_loss),
-    "grpo": Objective(GrpoConfig, _policy_needs, grpo_prepare, grpo_loss),
+    "grpo": Objective(GrpoConfig, _policy_needs, grpo_prepare, policy_batch_loss),
     "ppo": Objective(
-        PpoConfig, lambda c: _policy_needs(c) | {"values"}, ppo_prepare, ppo_loss, value_loss=ppo_value_loss
+        PpoConfig, lambda c: _policy_needs(c) | {"values"}, ppo_prepare, policy_batch_loss, value_loss=ppo_value_loss
     ),
 }
 

@@ -5,6 +5,7 @@ Every reduction goes through `torch.where` on the mask, so padded positions may 
 anything (even -inf log-probs) without leaking into a sum.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -157,3 +158,18 @@ def policy_loss(
         metrics["entropy_bonus"] = ent.detach()
     metrics["loss"] = loss.detach()
     return loss, metrics
+
+
+def policy_batch_loss(
+    batch: Mapping[str, Tensor], n: int, config: PolicyLossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The actor loss of GRPO and PPO alike; they differ only in how ``prepare`` made the advantages."""
+    return policy_loss(
+        batch["logprobs"],
+        batch["old_logprobs"],
+        batch["advantages"],
+        batch["response_mask"],
+        config,
+        ref_logprobs=batch.get("ref_logprobs"),
+        entropy=batch.get("entropy"),
+    )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from pacs.algorithms.advantages import grpo_scores
-from pacs.algorithms.core import PolicyLossConfig, policy_loss
+from pacs.algorithms.core import PolicyLossConfig
 
 
 @dataclass(frozen=True)
@@ -26,16 +26,3 @@ def grpo_advantages(rewards: Tensor, n: int, config: GrpoConfig) -> Tensor:
 
 def grpo_prepare(batch: Mapping[str, Tensor], n: int, config: GrpoConfig) -> dict[str, Tensor]:
     return {"advantages": grpo_advantages(batch["rewards"], n, config)}
-
-
-def grpo_loss(batch: Mapping[str, Tensor], n: int, config: GrpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The dual-clip PPO surrogate with GRPO advantages, plus optional KL and entropy terms."""
-    return policy_loss(
-        batch["logprobs"],
-        batch["old_logprobs"],
-        batch["advantages"],
-        batch["response_mask"],
-        config,
-        ref_logprobs=batch.get("ref_logprobs"),
-        entropy=batch.get("entropy"),
-    )

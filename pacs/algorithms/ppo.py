@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pacs.algorithms.advantages import gae, outcome_token_rewards, whiten_advantages
-from pacs.algorithms.core import LOSS_AGG_MODES, PolicyLossConfig, aggregate_loss, masked_mean, policy_loss
+from pacs.algorithms.core import LOSS_AGG_MODES, PolicyLossConfig, aggregate_loss, masked_mean
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,6 @@ def clipped_value_loss(
 def ppo_prepare(batch: Mapping[str, Tensor], n: int, config: PpoConfig) -> dict[str, Tensor]:
     advantages, returns = ppo_advantages(batch["rewards"], batch["values"], batch["response_mask"], config)
     return {"advantages": advantages, "returns": returns}
-
-
-def ppo_loss(batch: Mapping[str, Tensor], n: int, config: PpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The actor's loss: dual-clip PPO surrogate on GAE advantages, plus optional KL and entropy."""
-    return policy_loss(
-        batch["logprobs"],
-        batch["old_logprobs"],
-        batch["advantages"],
-        batch["response_mask"],
-        config,
-        ref_logprobs=batch.get("ref_logprobs"),
-        entropy=batch.get("entropy"),
-    )
 
 
 def ppo_value_loss(batch: Mapping[str, Tensor], config: PpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
