@@ -29,7 +29,7 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 class Verdict(NamedTuple):
     status: str  # one of STATUSES
     score: float  # 1.0 if correct else 0.0; read the status before trusting a 0
-    extracted: str  # the answer as math-verify extracted it ("" when none)
+    extracted: str  # the answer as math-verify extracted it ("" when none); for "error", the exception
 
 
 @dataclass(frozen=True)
