@@ -65,6 +65,53 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
+def cmd_toy_data(args: argparse.Namespace) -> int:
+    from pacs.data.toy import toy_addition
+    from pacs.io import atomic_write_parquet
+
+    for split, frame in toy_addition(args.seed, args.train_size, args.heldout_size).items():
+        atomic_write_parquet(args.out / f"{split}.parquet", frame)
+        print(f"wrote {args.out / f'{split}.parquet'} ({len(frame)} rows)")
+    return 0
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    import torch
+
+    from pacs.data.schema import read_prepared
+    from pacs.models.tiny import TinyModelConfig, build_tiny_model
+    from pacs.verify import VerifierPool, VerifyConfig
+
+    torch.set_num_threads(args.threads)
+    config = TinyModelConfig(seed=args.seed, target_accuracy=args.target_accuracy)
+    train, heldout = read_prepared(args.data / "train.parquet"), read_prepared(args.data / "heldout.parquet")
+    with VerifierPool(VerifyConfig(), workers=1) as pool:
+        model, tokenizer, history = build_tiny_model(train, heldout, pool.score, config)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=args.out.parent, prefix=f".{args.out.name}."))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    atomic_write_json(staging / "warm_start.json", {"config": vars(config), "heldout_greedy_accuracy": history})
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    staging.rename(args.out)
+    step, accuracy = history[-1]
+    params = sum(p.numel() for p in model.parameters())
+    print(
+        f"wrote {args.out}: {params} parameters, held-out greedy accuracy {accuracy:.3f} after {step} warm-start steps"
+    )
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from pacs.train.__main__ import run
+
+    return run(args.config, args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pacs.data.sources import LOCAL_BENCHMARKS
 
@@ -94,6 +141,26 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
     cg.add_argument("--out", type=Path, default=Path("results/golds/gold_check.csv"))
     cg.set_defaults(func=cmd_check_golds)
+
+    td = verbs.add_parser("toy-data", help="the synthetic addition task: train.parquet and heldout.parquet")
+    td.add_argument("--out", type=Path, required=True, help="directory to write the two splits to")
+    td.add_argument("--seed", type=int, default=0)
+    td.add_argument("--train-size", type=int, default=4000)
+    td.add_argument("--heldout-size", type=int, default=200)
+    td.set_defaults(func=cmd_toy_data)
+
+    tm = verbs.add_parser("tiny-model", help="a tiny Qwen2 with an offline tokenizer, warm-started on the toy task")
+    tm.add_argument("--data", type=Path, required=True, help="directory written by `pacs toy-data`")
+    tm.add_argument("--out", type=Path, required=True, help="HF model directory to write")
+    tm.add_argument("--seed", type=int, default=0)
+    tm.add_argument("--target-accuracy", type=float, default=0.3, help="warm start stops at this held-out accuracy")
+    tm.add_argument("--threads", type=int, default=2)
+    tm.set_defaults(func=cmd_tiny_model)
+
+    tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; under torchrun for DDP")
+    tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")
+    tr.add_argument("--out", type=Path, required=True, help="run directory: config, metrics, checkpoints")
+    tr.set_defaults(func=cmd_train)
     return parser
 
 

@@ -19,3 +19,62 @@ def shared_data() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """The toy task's train.parquet and heldout.parquet, as `pacs toy-data` writes them."""
+    from pacs.cli import main
+
+    out = tmp_path_factory.mktemp("toy")
+    assert main(["toy-data", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(toy_data, tmp_path_factory) -> Path:
+    """A tiny Qwen2 warm-started on the toy task, built by `pacs tiny-model` (about a minute on 2 cores)."""
+    from pacs.cli import main
+
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    assert main(["tiny-model", "--data", str(toy_data), "--out", str(out)]) == 0
+    return out
+
+
+def write_run_config(path: Path, model: Path, data: Path, **sections) -> Path:
+    """A small run config for the toy task; ``sections`` override whole keys of a section."""
+    import yaml
+
+    config = {
+        "algorithm": {"name": "pacs"},
+        "model": {"path": str(model)},
+        "data": {"train_files": [str(data / "train.parquet")], "heldout_files": [str(data / "heldout.parquet")]},
+        "rollout": {"n": 8, "max_response_length": 16},
+        "optim": {"lr": 1e-4},
+        "trainer": {"total_steps": 6, "batch_size": 16, "mini_batch_size": 8, "micro_batch_size": 4},
+        "checkpoint": {"save_every": 2},
+        "eval": {"every": 0, "max_new_tokens": 16},
+        "logging": {"wandb": "disabled", "progress_bar": False},
+        "verifier": {"workers": 1},
+    }
+    for section, values in sections.items():
+        config[section] = {**config.get(section, {}), **values} if isinstance(values, dict) else values
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
+    """The same tiny Qwen2 and tokenizer with random weights (no warm start): for fast mechanics tests."""
+    from pacs.data.schema import read_prepared
+    from pacs.data.toy import toy_solution
+    from pacs.models.tiny import TinyModelConfig, tiny_qwen2, train_tokenizer
+
+    train = read_prepared(toy_data / "train.parquet")
+    corpus = [m[0]["content"] for m in train["prompt"]] + [toy_solution(g) for g in train["ground_truth"]]
+    tokenizer = train_tokenizer(corpus + ["user\nassistant\n"], 512)
+    model = tiny_qwen2(tokenizer, TinyModelConfig())
+    out = tmp_path_factory.mktemp("raw") / "model"
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -29,7 +29,11 @@ class Objective:
     needs: Callable[[Any], frozenset[str]]  # batch tensors beyond logprobs, response_mask, rewards
     prepare: Callable[[Batch, int, Any], dict[str, Tensor]]  # once per step, on the whole batch
     loss: LossFn  # per micro-batch of whole groups, with grad
+    # what ``loss`` averages over, so that a trainer can weight micro-batches to get the loss of the whole
+    # mini-batch: "sequences", "tokens", or "sum" (a sum with a constant divisor: micro-batch losses add up)
+    reduction: Callable[[Any], str]
     value_loss: Callable[[Batch, Any], tuple[Tensor, dict[str, Tensor]]] | None = None  # critic, if any
+    value_reduction: Callable[[Any], str] | None = None
 
 
 def _pacs_needs(config: PacsConfig) -> frozenset[str]:
@@ -45,11 +49,26 @@ def _policy_needs(config: PolicyLossConfig) -> frozenset[str]:
     return frozenset(needs)
 
 
+AGG_REDUCTION = {
+    "token-mean": "tokens",
+    "seq-mean-token-sum": "sequences",
+    "seq-mean-token-mean": "sequences",
+    "seq-mean-token-sum-norm": "sum",
+}
+
 OBJECTIVES: dict[str, Objective] = {
-    "pacs": Objective(PacsConfig, _pacs_needs, pacs_prepare, pacs_batch_loss),
-    "grpo": Objective(GrpoConfig, _policy_needs, grpo_prepare, policy_batch_loss),
+    "pacs": Objective(PacsConfig, _pacs_needs, pacs_prepare, pacs_batch_loss, lambda c: "sequences"),
+    "grpo": Objective(
+        GrpoConfig, _policy_needs, grpo_prepare, policy_batch_loss, lambda c: AGG_REDUCTION[c.loss_agg_mode]
+    ),
     "ppo": Objective(
-        PpoConfig, lambda c: _policy_needs(c) | {"values"}, ppo_prepare, policy_batch_loss, value_loss=ppo_value_loss
+        PpoConfig,
+        lambda c: _policy_needs(c) | {"values"},
+        ppo_prepare,
+        policy_batch_loss,
+        lambda c: AGG_REDUCTION[c.loss_agg_mode],
+        value_loss=ppo_value_loss,
+        value_reduction=lambda c: AGG_REDUCTION[c.value_loss_agg_mode],
     ),
 }
 

@@ -1,0 +1,48 @@
+"""A synthetic arithmetic task for tiny models on CPU: "What is a + b?" with a, b two-digit numbers.
+
+Generated deterministically from a seed, in the schema of the real benchmarks, with disjoint
+train and held-out splits. The reference answer a tiny model is warm-started on is just the boxed
+sum: a 0.5 M-parameter model cannot reason step by step, but the prompt carries the paper's
+instruction all the same, so that the pipeline is the paper's.
+"""
+
+import numpy as np
+import pandas as pd
+
+from pacs.data.schema import chat_prompt
+
+DATA_SOURCE = "toy_addition"
+
+
+def toy_problem(a: int, b: int) -> str:
+    return f"What is {a} + {b}?"
+
+
+def toy_solution(ground_truth: str) -> str:
+    """The reference answer a tiny model is warm-started on."""
+    return f"\\boxed{{{ground_truth}}}"
+
+
+def toy_addition(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99) -> dict:
+    """``{"train": frame, "heldout": frame}``; no (a, b) pair is in both splits."""
+    pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
+    if train_size + heldout_size > len(pairs):
+        raise ValueError(f"toy task: {train_size} + {heldout_size} rows asked, only {len(pairs)} distinct problems")
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    splits = {"train": order[:train_size], "heldout": order[train_size : train_size + heldout_size]}
+    frames = {}
+    for split, rows in splits.items():
+        records = []
+        for index, i in enumerate(rows):
+            a, b = pairs[i]
+            records.append(
+                {
+                    "prompt": chat_prompt(toy_problem(a, b)),
+                    "ground_truth": str(a + b),
+                    "data_source": DATA_SOURCE,
+                    "index": index,
+                    "id": f"{a}+{b}",
+                }
+            )
+        frames[split] = pd.DataFrame.from_records(records)
+    return frames

@@ -1,0 +1,38 @@
+"""The rollout-engine interface."""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # completions per prompt
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    max_tokens: int = 4096  # new tokens per completion
+    seed: int | None = None  # makes sampling reproducible for a given engine, model and prompt batch
+
+    def __post_init__(self):
+        if self.n < 1 or self.max_tokens < 1:
+            raise ValueError(f"sampling: n and max_tokens must be >= 1, got n={self.n}, max_tokens={self.max_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(
+                f"sampling: need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}"
+            )
+        if self.temperature == 0 and self.n > 1:
+            raise ValueError("sampling: greedy decoding (temperature 0) gives n identical completions; use n=1")
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: tuple[int, ...]  # generated tokens, ending with the stop token when finish_reason is "stop"
+    text: str  # decoded without special tokens
+    finish_reason: str  # "stop": a stop token was generated; "length": max_tokens reached
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """For each prompt (token ids, chat template applied), ``params.n`` completions."""
+        ...

@@ -1,0 +1,65 @@
+"""The transformers ``generate`` engine: CPU or GPU, colocated with the policy it samples from."""
+
+import torch
+from transformers import GenerationConfig
+
+from pacs.rollout.base import Completion, SamplingParams
+
+
+class HFEngine:
+    """Samples from ``model`` as it is now (weights are shared with the trainer, so there is nothing to sync).
+
+    Prompts are left-padded and generated ``prompt_batch_size`` at a time. The model's own generation
+    config (top_k 50, repetition penalties...) is ignored: only ``SamplingParams`` apply, as in verl.
+    """
+
+    def __init__(self, model, tokenizer, stop_token_ids: list[int], prompt_batch_size: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_token_ids = list(stop_token_ids)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.prompt_batch_size = prompt_batch_size
+
+    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+        greedy = params.temperature == 0
+        return GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy else params.top_p,
+            top_k=None if greedy else 0,
+            max_new_tokens=params.max_tokens,
+            num_return_sequences=params.n,
+            eos_token_id=self.stop_token_ids,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def _complete(self, new_tokens: list[int]) -> Completion:
+        stops = [i for i, t in enumerate(new_tokens) if t in self.stop_token_ids]
+        ids = tuple(new_tokens[: stops[0] + 1]) if stops else tuple(new_tokens)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(ids, text, "stop" if stops else "length")
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        config = self._generation_config(params)
+        was_training = self.model.training
+        self.model.eval()
+        out: list[list[Completion]] = []
+        # fork_rng: a seeded call leaves the caller's global RNG as it was
+        with torch.random.fork_rng(devices=[]):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for start in range(0, len(prompts), self.prompt_batch_size):
+                chunk = prompts[start : start + self.prompt_batch_size]
+                width = max(len(p) for p in chunk)
+                input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + list(p) for p in chunk])
+                attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+                device = next(self.model.parameters()).device
+                sequences = self.model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+                )
+                new = sequences[:, width:].tolist()
+                for i in range(len(chunk)):
+                    out.append([self._complete(new[i * params.n + j]) for j in range(params.n)])
+        self.model.train(was_training)
+        return out

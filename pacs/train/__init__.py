@@ -1,0 +1,1 @@
+"""Training: one loop for every objective, data parallel, checkpoints with exact resume."""

@@ -1,0 +1,93 @@
+"""Rollouts as padded tensors, split into whole groups, and the forward passes that score them.
+
+Layout (verl's): row i = prompt i // n, sample i % n. ``input_ids`` (B, P + T) holds the prompt
+left-padded to P and the response right-padded to T; every per-token tensor is (B, T) over the
+response. Rows of one group are contiguous and slices are always whole groups, so nothing can
+reorder a group across micro-batches or ranks.
+"""
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pacs.rollout import Completion
+
+Batch = dict[str, Tensor]
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # (B, P + T); the rest are (B, ·)
+
+
+def rollout_batch(prompts: list[list[int]], completions: list[list[Completion]], pad_token_id: int) -> Batch:
+    rows = [(p, c.token_ids) for p, group in zip(prompts, completions, strict=True) for c in group]
+    width_p = max(len(p) for p, _ in rows)
+    width_t = max(max((len(r) for _, r in rows), default=1), 1)
+    input_ids = torch.full((len(rows), width_p + width_t), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, (p, r) in enumerate(rows):
+        input_ids[i, width_p - len(p) : width_p + len(r)] = torch.tensor(list(p) + list(r))
+        attention_mask[i, width_p - len(p) : width_p + len(r)] = 1
+    # positions count real tokens only, as generate did with the left-padded prompt
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": attention_mask[:, width_p:].bool(),  # (B, T)
+    }
+
+
+def group_slices(batch: Batch, rows: int, n: int) -> Iterator[Batch]:
+    """Consecutive slices of ``rows`` rows; ``rows`` must be a whole number of groups of n."""
+    total = batch["response_mask"].shape[0]
+    if rows % n or total % rows:
+        raise ValueError(f"cannot split {total} rows into slices of {rows}: groups of {n} must stay whole")
+    for start in range(0, total, rows):
+        yield {k: v[start : start + rows] for k, v in batch.items()}
+
+
+def trimmed(batch: Batch) -> Batch:
+    """Drop the columns that are padding in every row: less compute, the same values."""
+    width_p = batch["input_ids"].shape[1] - batch["response_mask"].shape[1]
+    first = int(batch["attention_mask"][:, :width_p].argmax(-1).min()) if width_p else 0
+    last = max(int(batch["response_mask"].sum(-1).max()), 1)
+    out = {}
+    for k, v in batch.items():
+        if k in SEQUENCE_KEYS:
+            out[k] = v[:, first : width_p + last]
+        elif v.dim() == 2:
+            out[k] = v[:, :last]
+        else:
+            out[k] = v
+    return out
+
+
+def _response_logits(model, batch: Batch) -> Tensor:
+    width_t = batch["response_mask"].shape[1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits
+    # the logits at position j predict token j + 1: the response's come from the prompt's last token on
+    return logits[:, -width_t - 1 : -1]
+
+
+def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """log π(o_t | q, o_<t) (B, T) of the response tokens, and the policy's entropy (B, T) if asked.
+
+    Logits are divided by the sampling temperature, as verl does, so that π is the sampled distribution.
+    """
+    logits = _response_logits(model, batch).float() / temperature  # (B, T, V)
+    targets = batch["input_ids"][:, -logits.shape[1] :]
+    logprobs = torch.log_softmax(logits, -1)
+    chosen = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logprobs.exp() * logprobs).sum(-1) if with_entropy else None
+    return chosen, entropy
+
+
+def token_values(critic, batch: Batch) -> Tensor:
+    """V(q, o_<t) (B, T): the critic's value of the state before each response token."""
+    return _response_logits(critic, batch).squeeze(-1).float()
+
+
+def pad_columns(x: Tensor, width: int, value: float = 0.0) -> Tensor:
+    return F.pad(x, (0, width - x.shape[1]), value=value) if x.dim() == 2 and x.shape[1] < width else x

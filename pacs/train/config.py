@@ -1,0 +1,148 @@
+"""A training run's configuration: one YAML file, every key typed, defaults the official PACS/verl ones.
+
+``load_run_config`` fills the algorithm-dependent defaults (gradient clip, L of the Dr. GRPO
+aggregation) so that the resolved config written next to the run holds every value that was used.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pacs.algorithms import OBJECTIVES, get_objective
+from pacs.config import ConfigError, from_dict, read_yaml, to_dict
+from pacs.verify import VerifyConfig
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    name: str  # pacs, grpo or ppo: a key of pacs.algorithms.OBJECTIVES
+    options: dict[str, Any] = field(default_factory=dict)  # the objective's config (config/README.md)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str  # policy to start from: a hub id or a local HF directory
+    critic_path: str | None = None  # PPO critic's base model; null: the policy's
+    dtype: Literal["float32", "bfloat16"] = "float32"  # parameters, optimizer state and logits
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train_files: list[str]  # prepared parquet files (pacs.data.schema), concatenated
+    heldout_files: list[str] = field(default_factory=list)  # greedy accuracy during training
+    max_prompt_length: int = 512  # prompts longer than this (in tokens) are dropped and counted
+    shuffle: bool = True  # a fresh seeded permutation each epoch
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    engine: Literal["hf"] = "hf"  # transformers generate (vLLM arrives with evaluation)
+    n: int = 8  # samples per prompt: one group
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_response_length: int = 4096  # new tokens per sample
+    prompt_batch_size: int = 64  # prompts per engine call
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6  # constant
+    weight_decay: float = 0.01  # AdamW
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    grad_clip: float | None = None  # max global grad norm; null: none (PACS); filled with 1.0 for PPO/GRPO
+    critic_lr: float = 1e-5  # PPO critic
+    critic_grad_clip: float | None = 1.0
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    total_steps: int = 300
+    batch_size: int = 1024  # prompts per step (× n samples)
+    mini_batch_size: int = 256  # prompts per optimizer step
+    micro_batch_size: int = 4  # prompts per forward/backward on one rank; gradients accumulate
+    epochs: int = 1  # passes over each step's batch
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size % self.mini_batch_size:
+            raise ValueError(
+                f"trainer.mini_batch_size {self.mini_batch_size} must divide trainer.batch_size {self.batch_size}"
+            )
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    save_every: int = 20  # steps; the last step is always saved
+    keep_last: int | None = None  # keep only the newest K checkpoints; null keeps all
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0  # greedy held-out accuracy every K steps, and before the first and after the last; 0: never
+    max_new_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "pacs"
+    run_name: str | None = None  # null: the output directory's name
+    progress_bar: bool = True
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    workers: int = 2  # verifier processes per rank
+    options: VerifyConfig = field(default_factory=VerifyConfig)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    algorithm: AlgorithmConfig
+    model: ModelConfig
+    data: DataConfig
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+
+
+DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
+
+
+def objective_config(config: RunConfig):
+    """The objective's own config dataclass, built from ``algorithm.options``."""
+    objective = get_objective(config.algorithm.name)
+    return from_dict(objective.config, config.algorithm.options, "algorithm.options")
+
+
+def resolve(data: dict) -> RunConfig:
+    """Check every key and fill the defaults that depend on the algorithm."""
+    data = dict(data or {})
+    algorithm = data.get("algorithm")
+    name = algorithm.get("name") if isinstance(algorithm, dict) else None
+    if name not in OBJECTIVES:
+        raise ConfigError(f"algorithm.name: {name!r} is not one of {sorted(OBJECTIVES)}")
+    optim = dict(data.get("optim") or {})
+    optim.setdefault("grad_clip", DEFAULT_GRAD_CLIP.get(name))
+    data["optim"] = optim
+    config = from_dict(RunConfig, data)
+    options = objective_config(config)
+    if "max_response_length" in {f.name for f in dataclasses.fields(options)} and options.max_response_length is None:
+        options = dataclasses.replace(options, max_response_length=config.rollout.max_response_length)
+    return dataclasses.replace(config, algorithm=AlgorithmConfig(name, to_dict(options)))
+
+
+def load_run_config(path: Path) -> RunConfig:
+    try:
+        return resolve(read_yaml(path))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e

@@ -1,0 +1,465 @@
+"""The training loop, one for every objective of ``pacs.algorithms.OBJECTIVES``.
+
+Each step: draw the step's prompts; sample n responses each; score them with the verifier; compute
+old log-probs (and reference log-probs or critic values when the objective needs them) once; let
+the objective ``prepare`` the whole batch; then update over mini-batches of whole groups, with
+micro-batches and gradient accumulation, critic first. Reading it top to bottom is the algorithm.
+"""
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from pacs.algorithms import Objective, get_objective
+from pacs.config import dump_yaml, to_dict
+from pacs.data.schema import prompt_token_ids, read_prepared
+from pacs.eval.greedy import greedy_accuracy
+from pacs.io import atomic_write_text
+from pacs.rollout import SamplingParams
+from pacs.rollout.hf import HFEngine
+from pacs.train import checkpoint as ckpt
+from pacs.train.batch import (
+    Batch,
+    group_slices,
+    pad_columns,
+    rollout_batch,
+    token_logprobs,
+    token_values,
+    trimmed,
+)
+from pacs.train.config import RunConfig, objective_config
+from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier, no_sync, wrap
+from pacs.verify import VerifierPool, status_counts
+
+LogFn = Callable[[dict], None]
+
+
+@dataclass
+class Prompts:
+    token_ids: list[list[int]]
+    golds: list[str]
+    dropped: int  # longer than data.max_prompt_length
+
+
+def load_prompts(files: list[str], tokenizer, max_prompt_length: int) -> Prompts:
+    frame = pd.concat([read_prepared(Path(f)) for f in files], ignore_index=True)
+    ids = prompt_token_ids(tokenizer, frame["prompt"])
+    keep = [i for i, p in enumerate(ids) if len(p) <= max_prompt_length]
+    return Prompts([ids[i] for i in keep], [str(frame["ground_truth"][i]) for i in keep], len(ids) - len(keep))
+
+
+def step_rows(step: int, num_prompts: int, batch_size: int, seed: int, shuffle: bool) -> np.ndarray:
+    """The global prompt rows of a step; an epoch is a seeded permutation, its incomplete tail dropped."""
+    steps_per_epoch = num_prompts // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"trainer.batch_size {batch_size} exceeds the {num_prompts} training prompts")
+    epoch, k = divmod(step, steps_per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(num_prompts) if shuffle else np.arange(num_prompts)
+    return order[k * batch_size : (k + 1) * batch_size]
+
+
+def rank_share(rows: np.ndarray, mini_batch_size: int, env: DistEnv) -> np.ndarray:
+    """This rank's prompts: its slice of every global mini-batch, so that each optimizer step sees the same
+    global mini-batch of prompts whatever the number of ranks."""
+    per_rank = mini_batch_size // env.world_size
+    return np.concatenate(
+        [mini[env.rank * per_rank : (env.rank + 1) * per_rank] for mini in np.split(rows, len(rows) // mini_batch_size)]
+    )
+
+
+def sampling_seed(seed: int, step: int, rank: int) -> int:
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
+
+
+def check_sizes(config: RunConfig, env: DistEnv) -> None:
+    t = config.trainer
+    if t.batch_size % env.world_size or (t.mini_batch_size // env.world_size) % t.micro_batch_size:
+        raise ValueError(
+            f"with {env.world_size} rank(s), trainer.batch_size ({t.batch_size}) and trainer.mini_batch_size "
+            f"({t.mini_batch_size}) must split evenly over ranks, and each rank's share of a mini-batch into "
+            f"trainer.micro_batch_size ({t.micro_batch_size}) prompts"
+        )
+
+
+@torch.no_grad()
+def forward_pass(batch: Batch, rows: int, n: int, fn) -> list[torch.Tensor]:
+    """``fn(micro) -> tensors (rows, T')`` over micro-batches, each padded back to the batch's T."""
+    width = batch["response_mask"].shape[1]
+    parts = [fn(trimmed(m)) for m in group_slices(batch, rows, n)]
+    return [torch.cat([pad_columns(p[j], width) for p in parts]) for j in range(len(parts[0]))]
+
+
+def prepare_whole_batch(objective: Objective, batch: Batch, n: int, options, env: DistEnv) -> dict:
+    """``prepare`` sees the global batch (whitening and group statistics span all ranks); each rank keeps its rows."""
+    local_rows, width = batch["response_mask"].shape
+    gathered = {k: all_gather_rows(v, env) for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+    prepared = objective.prepare(gathered, n, options)
+    start = env.rank * local_rows
+    return {
+        k: v[start : start + local_rows, :width] if v.dim() == 2 else v[start : start + local_rows]
+        for k, v in prepared.items()
+    }
+
+
+def update(
+    module,
+    optimizer,
+    loss_fn,
+    batch: Batch,
+    reduction: str,
+    n: int,
+    mini_rows: int,
+    micro_rows: int,
+    epochs: int,
+    grad_clip: float | None,
+    env: DistEnv,
+) -> dict:
+    """Optimizer steps over mini-batches of whole groups.
+
+    Each micro-batch's loss is weighted by its share of the global mini-batch (its sequences or tokens;
+    1 for a "sum" reduction), times world_size since DDP averages over ranks: the accumulated gradient
+    is then the gradient of the objective on the whole global mini-batch, for any micro-batch size and
+    any number of ranks. Metrics are averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss.
+    """
+    units = {
+        "sequences": lambda b: float(b["response_mask"].shape[0]),
+        "tokens": lambda b: float(b["response_mask"].sum()),
+        "sum": lambda b: float(b["response_mask"].shape[0]),
+    }[reduction]
+    totals: dict[str, float] = {}
+    grad_norms, skipped = [], 0
+    params = [p for p in module.parameters() if p.requires_grad]
+    for _ in range(epochs):
+        for mini in group_slices(batch, mini_rows, n):
+            global_units = float(all_reduce(torch.tensor(units(mini)), env))
+            micros = list(group_slices(mini, micro_rows, n))
+            for i, micro in enumerate(micros):
+                share = units(micro) / global_units
+                weight = 1.0 if reduction == "sum" else share
+                with no_sync(module, sync=i == len(micros) - 1):
+                    loss, metrics = loss_fn(trimmed(micro))
+                    (loss * weight * env.world_size).backward()
+                metrics = {**metrics, "loss": loss.detach()}
+                for k, v in metrics.items():
+                    totals[k] = totals.get(k, 0.0) + float(v) * (weight if k == "loss" else share)
+            norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
+            if torch.isfinite(norm):
+                optimizer.step()
+            else:  # every rank holds the same all-reduced gradient, so every rank skips
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+            grad_norms.append(float(norm))
+    out = {k: float(all_reduce(torch.tensor(v), env)) / len(grad_norms) for k, v in totals.items()}
+    out.update(
+        grad_norm=float(np.mean(grad_norms)),
+        grad_norm_max=float(np.max(grad_norms)),
+        skipped_steps=skipped,
+        optimizer_steps=len(grad_norms),
+    )
+    return out
+
+
+def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
+    """Reward, group and length statistics over all ranks."""
+    rewards = batch["rewards"].view(-1, n)
+    lengths = batch["response_mask"].sum(-1).float()
+    truncated = sum(c.finish_reason == "length" for group in completions for c in group)
+    sums = all_reduce(
+        torch.tensor(
+            [
+                float(rewards.sum()),
+                float(rewards.numel()),
+                float((rewards.min(-1).values > 0.5).sum()),
+                float((rewards.max(-1).values < 0.5).sum()),
+                float(rewards.shape[0]),
+                float(lengths.sum()),
+                float(truncated),
+                float(batch["attention_mask"].sum()),
+            ]
+        ),
+        env,
+    ).tolist()
+    statuses = status_counts(verdicts)
+    counts = all_reduce(torch.tensor([float(v) for v in statuses.values()]), env).tolist()
+    return {
+        "reward/mean": sums[0] / sums[1],
+        "groups/all_correct_frac": sums[2] / sums[4],
+        "groups/all_wrong_frac": sums[3] / sums[4],
+        "response_length/mean": sums[5] / sums[1],
+        "response_length/max": float(all_reduce(lengths.max(), env, "max")),
+        "response_length/truncated_frac": sums[6] / sums[1],
+        **{f"verifier/{k}": int(c) for k, c in zip(statuses, counts, strict=True)},
+        "tokens": sums[7],
+    }
+
+
+def heldout_accuracy(engine, heldout: Prompts, pool: VerifierPool, max_new_tokens: int, env: DistEnv) -> dict:
+    mine = range(env.rank, len(heldout.token_ids), env.world_size)
+    result = greedy_accuracy(
+        engine, [heldout.token_ids[i] for i in mine], [heldout.golds[i] for i in mine], pool.score, max_new_tokens
+    )
+    correct, total = all_reduce(torch.tensor([float(result["correct"]), float(result["total"])]), env).tolist()
+    return {"eval/accuracy": correct / total, "eval/problems": int(total)}
+
+
+def check_run_dir(out: Path, config: RunConfig) -> None:
+    """A run directory belongs to one config: resuming under a changed one is an error naming the keys."""
+    path = out / "config.yaml"
+    text = dump_yaml(to_dict(config))
+    if path.exists() and path.read_text(encoding="utf-8") != text:
+        import yaml
+
+        old, new = yaml.safe_load(path.read_text(encoding="utf-8")), to_dict(config)
+        keys = (
+            [
+                f"{s}.{k}"
+                for s in new
+                for k in (new[s] if isinstance(new[s], dict) else {"": 0})
+                if not isinstance(old.get(s), dict) or old[s].get(k) != new[s].get(k)
+            ]
+            if isinstance(old, dict)
+            else []
+        )
+        raise ValueError(
+            f"{out} holds a run with a different config ({path}); differing: {keys or 'all'}; "
+            "use a new --out or delete the old run"
+        )
+    if not path.exists():
+        atomic_write_text(path, text)
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Forget what a killed run logged after its last checkpoint: those steps are redone."""
+    if path.exists():
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        atomic_write_text(path, "".join(ln + "\n" for ln in lines if json.loads(ln)["step"] <= last_step))
+
+
+def _adamw(params, lr: float, optim) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
+
+
+@dataclass
+class Models:
+    """What a run trains and samples from; ``policy_module``/``critic_module`` are the DDP-wrapped ones."""
+
+    tokenizer: object
+    policy: torch.nn.Module
+    policy_module: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    reference: torch.nn.Module | None = None
+    critic: torch.nn.Module | None = None
+    critic_module: torch.nn.Module | None = None
+    critic_optimizer: torch.optim.Optimizer | None = None
+    skipped_steps: int = 0
+
+
+def load_models(config: RunConfig, objective: Objective, needs: frozenset, resume: Path | None, env: DistEnv) -> Models:
+    """The policy (and critic) from the latest checkpoint when resuming, else from ``model``; the reference
+    is always the starting model."""
+    torch.manual_seed(config.trainer.seed)  # the critic's new value head
+    dtype = getattr(torch, config.model.dtype)
+    policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
+    models = Models(
+        AutoTokenizer.from_pretrained(config.model.path),
+        policy,
+        wrap(policy, env),
+        _adamw(policy.parameters(), config.optim.lr, config.optim),
+    )
+    if "ref_logprobs" in needs:
+        models.reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
+        models.reference.eval().requires_grad_(False)
+    if objective.value_loss is not None:
+        path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
+        critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
+        models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
+        models.critic_module = wrap(models.critic, env)
+        models.critic_optimizer = _adamw(models.critic.parameters(), config.optim.critic_lr, config.optim)
+    if resume:
+        state, rng = ckpt.load_trainer_state(resume, env.rank)
+        models.optimizer.load_state_dict(state["optimizer"])
+        if models.critic_optimizer:
+            models.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        models.skipped_steps = state["skipped_steps"]
+        if rng is not None:
+            ckpt.set_rng_state(rng)
+    return models
+
+
+def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None, env: DistEnv) -> None:
+    staging = ckpt.staging_dir(root, step)
+    if env.main:
+        ckpt.remove_partial(root)
+        staging.mkdir(parents=True)
+        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic)
+        optimizers = {"optimizer": models.optimizer, "critic_optimizer": models.critic_optimizer}
+        state = {k: o.state_dict() if o else None for k, o in optimizers.items()}
+        ckpt.save_trainer_state(staging, {"step": step, "skipped_steps": models.skipped_steps, **state})
+    barrier(env)
+    ckpt.save_rank_state(staging, env.rank)
+    barrier(env)
+    if env.main:
+        ckpt.publish(staging, root, step, keep_last)
+    barrier(env)
+
+
+def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, env: DistEnv) -> dict:
+    """One step: generate, score, old log-probs / reference / values, prepare, critic and actor updates."""
+    objective, options = get_objective(config.algorithm.name), objective_config(config)
+    needs, n, t = objective.needs(options), config.rollout.n, config.trainer
+    temperature = config.rollout.temperature or 1.0  # log-probs of the distribution that was sampled
+    micro_rows, mini_rows = t.micro_batch_size * n, (t.mini_batch_size // env.world_size) * n
+    timer = {"start": time.perf_counter()}
+
+    rows = step_rows(step, len(prompts.token_ids), t.batch_size, t.seed, config.data.shuffle)
+    mine = rank_share(rows, t.mini_batch_size, env)
+    step_prompts = [prompts.token_ids[i] for i in mine]
+    params = SamplingParams(
+        n=n,
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
+        max_tokens=config.rollout.max_response_length,
+        seed=sampling_seed(t.seed, step, env.rank),
+    )
+    completions = engine.generate(step_prompts, params)
+    timer["generate"] = time.perf_counter()
+
+    verdicts = pool.score([prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g])
+    batch = rollout_batch(step_prompts, completions, engine.pad_token_id)
+    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
+    timer["score"] = time.perf_counter()
+
+    policy, reference, critic = models.policy_module, models.reference, models.critic_module
+    batch["old_logprobs"], entropy = forward_pass(
+        batch, micro_rows, n, lambda m: token_logprobs(policy, m, temperature, with_entropy=True)
+    )
+    if reference is not None:
+        (batch["ref_logprobs"],) = forward_pass(
+            batch, micro_rows, n, lambda m: token_logprobs(reference, m, temperature, False)[:1]
+        )
+    if critic is not None:
+        (batch["values"],) = forward_pass(batch, micro_rows, n, lambda m: [token_values(critic, m)])
+    batch.update(prepare_whole_batch(objective, batch, n, options, env))
+    timer["old_logprobs"] = time.perf_counter()
+
+    record = {"step": step + 1, **rollout_stats(batch, completions, verdicts, n, env)}
+    mask = batch["response_mask"]
+    ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
+    record["policy/entropy"] = float(ent[0] / ent[1])
+    sizes = dict(n=n, mini_rows=mini_rows, micro_rows=micro_rows, epochs=t.epochs, env=env)
+    if critic is not None:
+
+        def critic_loss(micro: Batch):
+            return objective.value_loss({**micro, "new_values": token_values(critic, micro)}, options)
+
+        reduction = objective.value_reduction(options)
+        metrics = update(
+            critic,
+            models.critic_optimizer,
+            critic_loss,
+            batch,
+            reduction,
+            grad_clip=config.optim.critic_grad_clip,
+            **sizes,
+        )
+        record.update({f"critic/{k}": v for k, v in metrics.items()})
+        models.skipped_steps += metrics["skipped_steps"]
+
+    def actor_loss(micro: Batch):
+        logprobs, new_entropy = token_logprobs(policy, micro, temperature, with_entropy="entropy" in needs)
+        inputs = {**micro, "logprobs": logprobs}
+        if new_entropy is not None:
+            inputs["entropy"] = new_entropy
+        return objective.loss(inputs, n, options)
+
+    metrics = update(
+        policy,
+        models.optimizer,
+        actor_loss,
+        batch,
+        objective.reduction(options),
+        grad_clip=config.optim.grad_clip,
+        **sizes,
+    )
+    models.skipped_steps += metrics["skipped_steps"]
+    timer["update"] = time.perf_counter()
+
+    record.update({f"actor/{k}": v for k, v in metrics.items()})
+    record["actor/lr"] = models.optimizer.param_groups[0]["lr"]
+    record["skipped_steps_total"] = models.skipped_steps
+    phases = list(timer)
+    record.update({f"time/{b}": timer[b] - timer[a] for a, b in zip(phases, phases[1:], strict=False)})
+    record["time/step"] = timer["update"] - timer["start"]
+    record["throughput/tokens_per_s"] = record.pop("tokens") / record["time/step"]
+    return record
+
+
+def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None) -> dict:
+    """Run, resume, or find finished the training run in ``out``; returns a short summary.
+
+    Every step's record goes to ``out/metrics.jsonl`` and to ``log`` (rank 0 only).
+    """
+    env = env or DistEnv()
+    out, root, t = Path(out), Path(out) / "checkpoints", config.trainer
+    objective, options = get_objective(config.algorithm.name), objective_config(config)
+    check_sizes(config, env)
+    if env.main:
+        out.mkdir(parents=True, exist_ok=True)
+        check_run_dir(out, config)
+        ckpt.remove_partial(root)
+    barrier(env)
+    latest = ckpt.latest_checkpoint(root)
+    start = latest[0] if latest else 0
+    if start >= t.total_steps:
+        return {"status": "complete", "start_step": start, "final_step": start}
+    models = load_models(config, objective, objective.needs(options), latest[1] if latest else None, env)
+
+    prompts = load_prompts(config.data.train_files, models.tokenizer, config.data.max_prompt_length)
+    heldout = None
+    if config.data.heldout_files:
+        heldout = load_prompts(config.data.heldout_files, models.tokenizer, config.data.max_prompt_length)
+    eos = models.policy.generation_config.eos_token_id
+    engine = HFEngine(
+        models.policy, models.tokenizer, eos if isinstance(eos, list) else [eos], config.rollout.prompt_batch_size
+    )
+    metrics_path = out / "metrics.jsonl"
+
+    def emit(record: dict) -> None:
+        if env.main:
+            with open(metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            if log:
+                log(record)
+
+    def evaluate(step: int) -> dict:
+        every = config.eval.every
+        if heldout is None or every == 0 or (step % every and step != t.total_steps):
+            return {}
+        return heldout_accuracy(engine, heldout, pool, config.eval.max_new_tokens, env)
+
+    if env.main:
+        truncate_metrics(metrics_path, start)
+    show = env.main and config.logging.progress_bar
+    with VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool:
+        if start == 0 and (first := evaluate(0)):
+            emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped, **first})
+        bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
+        for step in range(start, t.total_steps):
+            record = train_step(step, config, models, engine, prompts, pool, env)
+            record.update(evaluate(step + 1))
+            if (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps:
+                save_checkpoint(root, step + 1, models, config.checkpoint.keep_last, env)
+            emit(record)
+            bar.update(1)
+            bar.set_postfix(reward=f"{record['reward/mean']:.3f}", refresh=False)
+        bar.close()
+    return {"status": "trained", "start_step": start, "final_step": t.total_steps}

@@ -1,0 +1,81 @@
+"""A fixed rollout batch and one update through the training loop's own functions, for any rank count."""
+
+import os
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from pacs.algorithms import get_objective
+from pacs.config import from_dict
+from pacs.data.schema import prompt_token_ids, read_prepared
+from pacs.models.tiny import stop_token_ids
+from pacs.rollout import SamplingParams
+from pacs.rollout.hf import HFEngine
+from pacs.train.batch import rollout_batch, token_logprobs, token_values
+from pacs.train.distributed import DistEnv, init_distributed, wrap
+from pacs.train.loop import forward_pass, prepare_whole_batch, rank_share, update
+
+N = 4
+
+
+def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):
+    """Sampled completions with rewards alternating within groups, so that every group has both classes."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    ids = prompt_token_ids(tokenizer, read_prepared(data_dir / "train.parquet")["prompt"][:prompts])
+    engine = HFEngine(model, tokenizer, stop_token_ids(tokenizer))
+    completions = engine.generate(ids, SamplingParams(n=N, max_tokens=12, seed=seed))
+    batch = rollout_batch(ids, completions, engine.pad_token_id)
+    rewards = torch.tensor([(i * 7 + i // N) % 3 == 0 for i in range(prompts * N)], dtype=torch.float32)
+    rewards.view(-1, N)[:, 0], rewards.view(-1, N)[:, 1] = 1.0, 0.0
+    batch["rewards"] = rewards
+    return batch
+
+
+def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, micro_prompts: int, mini_prompts: int):
+    """Old log-probs, values, prepare and one critic + actor update, as ``train_step`` does; returns the models."""
+    torch.manual_seed(0)
+    objective = get_objective(algorithm)
+    config = from_dict(objective.config, options)
+    prompts = rank_share(np.arange(batch["rewards"].shape[0] // N), mini_prompts, env)
+    rows = torch.from_numpy(prompts[:, None] * N + np.arange(N)).flatten()
+    local = {k: v[rows] for k, v in batch.items()}
+    policy = AutoModelForCausalLM.from_pretrained(model_path)
+    module = wrap(policy, env)
+    micro_rows, mini_rows = micro_prompts * N, mini_prompts * N // env.world_size
+    (local["old_logprobs"],) = forward_pass(local, micro_rows, N, lambda m: token_logprobs(module, m, 1.0, False)[:1])
+    critic = None
+    if objective.value_loss is not None:
+        cfg = AutoConfig.from_pretrained(model_path, num_labels=1, classifier_dropout=0.0)
+        critic = AutoModelForTokenClassification.from_pretrained(model_path, config=cfg)
+        critic_module = wrap(critic, env)
+        (local["values"],) = forward_pass(local, micro_rows, N, lambda m: [token_values(critic_module, m)])
+    local.update(prepare_whole_batch(objective, local, N, config, env))
+    sizes = dict(n=N, mini_rows=mini_rows, micro_rows=micro_rows, epochs=1, grad_clip=1.0, env=env)
+    if critic is not None:
+        optimizer = torch.optim.SGD(critic.parameters(), lr=0.5)
+
+        def value_loss(m):
+            return objective.value_loss({**m, "new_values": token_values(critic_module, m)}, config)
+
+        update(critic_module, optimizer, value_loss, local, objective.value_reduction(config), **sizes)
+
+    def loss(m):
+        return objective.loss({**m, "logprobs": token_logprobs(module, m, 1.0, False)[0]}, N, config)
+
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)  # SGD: parameters move with the gradient itself
+    metrics = update(module, optimizer, loss, local, objective.reduction(config), **sizes)
+    return policy, critic, metrics
+
+
+def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorithm, options, out_file) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    env = init_distributed(rank, world)
+    batch = torch.load(batch_file)
+    policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1, mini_prompts=4)
+    if rank == 0:
+        state = {"policy": policy.state_dict(), "critic": critic.state_dict() if critic else None, "metrics": metrics}
+        torch.save(state, out_file)
+    torch.distributed.destroy_process_group()

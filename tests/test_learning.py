@@ -1,0 +1,77 @@
+"""RL raises held-out greedy accuracy of the warm-started tiny model, for every objective.
+
+Measured on 2 CPU cores, 40 steps of 32 prompts × 8 samples at lr 1e-4, held-out accuracy 0.40 at
+the start: gains of 0.17-0.29 over trainer seeds 1-3 for PACS, PACS without weights, GRPO and PPO
+(closing note of issue 3). The margin of 0.10 is about 3.5 standard deviations of that spread below its
+mean; 200 held-out problems put the sampling noise of one accuracy at about 0.035.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import write_run_config
+
+MARGIN = 0.10
+RUNS = {
+    "pacs": {"name": "pacs"},
+    "pacs-no-weights": {"name": "pacs", "options": {"weighting": "none"}},
+    "grpo": {"name": "grpo"},
+    "ppo": {"name": "ppo"},
+}
+
+
+def heldout_accuracy(out) -> dict[int, float]:
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", RUNS)
+def test_rl_raises_heldout_accuracy(run, tiny_model, toy_data, tmp_path):
+    config = write_run_config(
+        tmp_path / "run.yaml", tiny_model, toy_data, algorithm=RUNS[run],
+        trainer={"total_steps": 40, "batch_size": 32, "mini_batch_size": 32, "micro_batch_size": 8},
+        checkpoint={"save_every": 40}, eval={"every": 40, "max_new_tokens": 16},
+    )  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = tmp_path / run
+    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    accuracy = heldout_accuracy(out)
+    print(f"{run}: held-out greedy accuracy {accuracy[0]:.3f} -> {accuracy[40]:.3f}")
+    assert accuracy[40] >= accuracy[0] + MARGIN, accuracy
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks(tiny_model, toy_data, tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    config = write_run_config(
+        tmp_path / "run.yaml", tiny_model, toy_data, algorithm={"name": "grpo"},
+        trainer={"total_steps": 2, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2},
+    )  # fmt: skip
+    out = tmp_path / "ddp"
+    cmd = [
+        torchrun,
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "pacs.train",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]  # rank 0 alone logs
+    assert records[0]["verifier/correct"] + records[0]["verifier/wrong"] + records[0]["verifier/no_answer"] == 64
+    last = out / "checkpoints" / "step_000002"
+    assert (last / "rng_rank0.pt").exists() and (last / "rng_rank1.pt").exists()

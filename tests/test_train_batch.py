@@ -1,0 +1,83 @@
+import pytest
+import torch
+from helpers import N, fixed_batch, one_update
+from transformers import AutoModelForCausalLM
+
+from pacs.rollout import Completion
+from pacs.train.batch import group_slices, rollout_batch, token_logprobs, trimmed
+from pacs.train.distributed import DistEnv
+from pacs.train.loop import step_rows
+
+VARIANTS = [
+    ("pacs", {}),
+    ("pacs", {"weighting": "none", "score": "grpo"}),
+    ("grpo", {"loss_agg_mode": "token-mean"}),
+    ("grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "max_response_length": 12}),
+    ("ppo", {"loss_agg_mode": "seq-mean-token-mean"}),
+]
+
+
+def test_rollout_layout_left_padded_prompts_right_padded_responses():
+    completions = [
+        [Completion((7, 8, 2), "", "stop"), Completion((9,), "", "length")],
+        [Completion((5, 2), "", "stop")] * 2,
+    ]
+    b = rollout_batch([[1, 2, 3], [4]], completions, pad_token_id=0)
+    assert b["input_ids"].tolist() == [[1, 2, 3, 7, 8, 2], [1, 2, 3, 9, 0, 0], [0, 0, 4, 5, 2, 0], [0, 0, 4, 5, 2, 0]]
+    assert b["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    assert b["position_ids"][2].tolist()[2:5] == [0, 1, 2]
+    t = trimmed({k: v[2:] for k, v in b.items()})
+    assert t["input_ids"].tolist() == [[4, 5, 2]] * 2 and t["response_mask"].shape == (2, 2)
+
+
+def test_padded_logprobs_equal_unpadded_ones(raw_tiny_model, toy_data):
+    """Left padding, position ids and the shift by one must give each row its own unpadded log-probs."""
+    batch = fixed_batch(raw_tiny_model, toy_data, prompts=3)
+    model = AutoModelForCausalLM.from_pretrained(raw_tiny_model)
+    logprobs, entropy = token_logprobs(model, batch, 1.0, with_entropy=True)
+    for i in range(batch["input_ids"].shape[0]):
+        ids = batch["input_ids"][i][batch["attention_mask"][i].bool()]
+        length = int(batch["response_mask"][i].sum())
+        alone = torch.log_softmax(model(input_ids=ids[None]).logits[0, -length - 1 : -1].float(), -1)
+        expected = alone.gather(-1, ids[-length:, None]).squeeze(-1)
+        torch.testing.assert_close(logprobs[i, :length], expected, atol=1e-5, rtol=1e-5)
+    assert (entropy[batch["response_mask"]] > 0).all()
+
+
+def test_groups_are_never_split():
+    batch = {"response_mask": torch.ones(16, 3, dtype=torch.bool), "group": torch.arange(16) // N}
+    slices = list(group_slices(batch, 2 * N, N))
+    assert [s["group"].tolist() for s in slices] == [[0] * 4 + [1] * 4, [2] * 4 + [3] * 4]
+    with pytest.raises(ValueError, match="groups of 4 must stay whole"):
+        list(group_slices(batch, 6, N))
+    with pytest.raises(ValueError, match="groups"):
+        list(group_slices({k: v[:12] for k, v in batch.items()}, 8, N))  # 12 rows: slices of 8 would split one
+
+
+def test_step_rows_cover_each_epoch_once():
+    rows = [step_rows(s, 10, 3, seed=1, shuffle=True) for s in range(6)]
+    assert all(len(r) == 3 for r in rows)
+    assert len(set(map(int, [x for r in rows[:3] for x in r]))) == 9  # epoch 0: 3 steps, 9 distinct prompts
+    assert not all((a == b).all() for a, b in zip(rows[:3], rows[3:], strict=True))  # epoch 1: a new order
+    with pytest.raises(ValueError, match="batch_size"):
+        step_rows(0, 2, 3, seed=0, shuffle=False)
+
+
+@pytest.mark.parametrize("algorithm, options", VARIANTS)
+def test_micro_batch_size_does_not_change_the_update(raw_tiny_model, toy_data, algorithm, options):
+    batch = fixed_batch(raw_tiny_model, toy_data)
+    one, critic_one, m1 = one_update(
+        raw_tiny_model, batch, algorithm, options, DistEnv(), micro_prompts=1, mini_prompts=4
+    )
+    four, critic_four, m4 = one_update(
+        raw_tiny_model, batch, algorithm, options, DistEnv(), micro_prompts=4, mini_prompts=4
+    )
+    start = AutoModelForCausalLM.from_pretrained(raw_tiny_model).state_dict()
+    for name, p in one.state_dict().items():
+        torch.testing.assert_close(p, four.state_dict()[name], atol=2e-6, rtol=1e-5)
+    assert any(not torch.equal(p, start[k]) for k, p in one.state_dict().items())
+    if critic_one is not None:
+        for name, p in critic_one.state_dict().items():
+            torch.testing.assert_close(p, critic_four.state_dict()[name], atol=2e-6, rtol=1e-5)
+    assert m1["optimizer_steps"] == m4["optimizer_steps"] == 2
+    assert m1["loss"] == pytest.approx(m4["loss"], rel=1e-4, abs=1e-6)

@@ -1,0 +1,65 @@
+import pytest
+
+from pacs.config import ConfigError, load_yaml
+from pacs.train.config import load_run_config, objective_config, resolve
+
+MINIMAL = {"algorithm": {"name": "pacs"}, "model": {"path": "m"}, "data": {"train_files": ["t.parquet"]}}
+
+
+def with_(section: str, **values) -> dict:
+    return {**MINIMAL, section: {**MINIMAL.get(section, {}), **values}}
+
+
+def test_defaults_are_the_official_settings():
+    c = resolve(MINIMAL)
+    assert (c.optim.lr, c.optim.weight_decay, c.optim.critic_lr) == (1e-6, 0.01, 1e-5)
+    assert (c.rollout.n, c.rollout.temperature, c.rollout.top_p) == (8, 1.0, 1.0)
+    assert (c.data.max_prompt_length, c.rollout.max_response_length) == (512, 4096)
+    assert (c.trainer.batch_size, c.trainer.mini_batch_size, c.trainer.epochs) == (1024, 256, 1)
+    assert (c.trainer.total_steps, c.checkpoint.save_every) == (300, 20)
+    assert c.optim.grad_clip is None  # PACS: no gradient clipping
+    for name in ("grpo", "ppo"):
+        resolved = resolve({**MINIMAL, "algorithm": {"name": name}})
+        assert resolved.optim.grad_clip == 1.0
+        # Dr. GRPO's L is the response limit, written into the resolved config
+        assert objective_config(resolved).max_response_length == 4096
+
+
+def test_explicit_grad_clip_is_kept():
+    assert resolve(with_("optim", grad_clip=0.5)).optim.grad_clip == 0.5
+    assert resolve({**with_("optim", grad_clip=None), "algorithm": {"name": "grpo"}}).optim.grad_clip is None
+
+
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        (with_("optim", lrr=1e-6), "optim.lrr"),
+        (with_("trainer", batch_size="big"), "trainer.batch_size"),
+        (with_("trainer", batch_size=True), "trainer.batch_size"),
+        (with_("rollout", engine="sglang"), "rollout.engine"),
+        (with_("optim", betas=[0.9]), "optim.betas"),
+        ({**MINIMAL, "algorithm": {"name": "pacs", "options": {"betaa": 2}}}, "algorithm.options.betaa"),
+        ({**MINIMAL, "algorithm": {"name": "pacs", "options": {"weighting": "bal"}}}, "weighting"),
+        ({**MINIMAL, "algorithm": {"name": "dpo"}}, "algorithm.name"),
+        ({"algorithm": {"name": "pacs"}, "data": {"train_files": []}}, "config.model"),
+        (with_("trainer", batch_size=10, mini_batch_size=4), "trainer.mini_batch_size"),
+        ({**MINIMAL, "extra": 1}, "config.extra"),
+    ],
+)
+def test_bad_config_names_the_key(data, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        resolve(data)
+
+
+def test_yaml_reads_exponent_floats():
+    # PyYAML alone reads 1e-6 as the string "1e-6"
+    assert load_yaml("lr: 1e-6\ncount: 3\nname: 1e6x") == {"lr": 1e-6, "count": 3, "name": "1e6x"}
+
+
+def test_load_names_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("algorithm: {name: pacs}\nmodel: {path: m}\ndata: {train_files: [a]}\noptim: {lr: fast}\n")
+    with pytest.raises(ConfigError, match=r"run\.yaml.*optim\.lr"):
+        load_run_config(path)
+    with pytest.raises(FileNotFoundError):
+        load_run_config(tmp_path / "missing.yaml")
