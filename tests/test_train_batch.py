@@ -81,3 +81,28 @@ def test_micro_batch_size_does_not_change_the_update(raw_tiny_model, toy_data, a
             torch.testing.assert_close(p, critic_four.state_dict()[name], atol=2e-6, rtol=1e-5)
     assert m1["optimizer_steps"] == m4["optimizer_steps"] == 2
     assert m1["loss"] == pytest.approx(m4["loss"], rel=1e-4, abs=1e-6)
+
+
+def test_non_finite_gradients_skip_the_step_and_are_counted():
+    from pacs.train.loop import update
+
+    model = torch.nn.Linear(1, 1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ones = torch.ones(8, 4, dtype=torch.long)
+    batch = {"input_ids": ones, "attention_mask": ones, "position_ids": ones.cumsum(-1) - 1,
+             "response_mask": torch.ones(8, 2, dtype=torch.bool), "x": torch.ones(8)}  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def nan_loss(micro):
+        return model(micro["x"][:, None]).sum() * float("nan"), {}
+
+    metrics = update(model, optimizer, nan_loss, batch, "sequences", n=2, mini_rows=4, micro_rows=2, epochs=1,
+                     grad_clip=None, env=DistEnv())  # fmt: skip
+    assert (metrics["skipped_steps"], metrics["optimizer_steps"]) == (2, 2)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+    def loss(micro):
+        return model(micro["x"][:, None]).sum(), {}
+
+    assert update(model, optimizer, loss, batch, "sequences", 2, 4, 2, 1, None, DistEnv())["skipped_steps"] == 0
+    assert not torch.equal(model.weight, before["weight"])

@@ -19,7 +19,7 @@ from pacs.train.config import load_run_config
 from pacs.train.loop import train
 
 STEP_KEYS = {
-    "reward/mean", "groups/all_correct_frac", "groups/all_wrong_frac", "response_length/mean",
+    "reward/mean", "accuracy", "groups/all_correct_frac", "groups/all_wrong_frac", "response_length/mean",
     "response_length/max", "response_length/truncated_frac", "verifier/correct", "verifier/timeout",
     "policy/entropy", "actor/loss", "actor/grad_norm", "actor/lr", "time/generate", "time/score",
     "time/old_logprobs", "time/update", "time/step", "throughput/tokens_per_s", "skipped_steps_total",

@@ -20,10 +20,7 @@ from tqdm import tqdm
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from pacs.algorithms import Objective, get_objective
-from pacs.config import dump_yaml, to_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
-from pacs.eval.greedy import greedy_accuracy
-from pacs.io import atomic_write_text
 from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 from pacs.train import checkpoint as ckpt
@@ -38,7 +35,8 @@ from pacs.train.batch import (
 )
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier, no_sync, wrap
-from pacs.verify import VerifierPool, status_counts
+from pacs.train.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
+from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
 
@@ -168,82 +166,6 @@ def update(
     return out
 
 
-def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
-    """Reward, group and length statistics over all ranks."""
-    rewards = batch["rewards"].view(-1, n)
-    lengths = batch["response_mask"].sum(-1).float()
-    truncated = sum(c.finish_reason == "length" for group in completions for c in group)
-    sums = all_reduce(
-        torch.tensor(
-            [
-                float(rewards.sum()),
-                float(rewards.numel()),
-                float((rewards.min(-1).values > 0.5).sum()),
-                float((rewards.max(-1).values < 0.5).sum()),
-                float(rewards.shape[0]),
-                float(lengths.sum()),
-                float(truncated),
-                float(batch["attention_mask"].sum()),
-            ]
-        ),
-        env,
-    ).tolist()
-    statuses = status_counts(verdicts)
-    counts = all_reduce(torch.tensor([float(v) for v in statuses.values()]), env).tolist()
-    return {
-        "reward/mean": sums[0] / sums[1],
-        "groups/all_correct_frac": sums[2] / sums[4],
-        "groups/all_wrong_frac": sums[3] / sums[4],
-        "response_length/mean": sums[5] / sums[1],
-        "response_length/max": float(all_reduce(lengths.max(), env, "max")),
-        "response_length/truncated_frac": sums[6] / sums[1],
-        **{f"verifier/{k}": int(c) for k, c in zip(statuses, counts, strict=True)},
-        "tokens": sums[7],
-    }
-
-
-def heldout_accuracy(engine, heldout: Prompts, pool: VerifierPool, max_new_tokens: int, env: DistEnv) -> dict:
-    mine = range(env.rank, len(heldout.token_ids), env.world_size)
-    result = greedy_accuracy(
-        engine, [heldout.token_ids[i] for i in mine], [heldout.golds[i] for i in mine], pool.score, max_new_tokens
-    )
-    correct, total = all_reduce(torch.tensor([float(result["correct"]), float(result["total"])]), env).tolist()
-    return {"eval/accuracy": correct / total, "eval/problems": int(total)}
-
-
-def check_run_dir(out: Path, config: RunConfig) -> None:
-    """A run directory belongs to one config: resuming under a changed one is an error naming the keys."""
-    path = out / "config.yaml"
-    text = dump_yaml(to_dict(config))
-    if path.exists() and path.read_text(encoding="utf-8") != text:
-        import yaml
-
-        old, new = yaml.safe_load(path.read_text(encoding="utf-8")), to_dict(config)
-        keys = (
-            [
-                f"{s}.{k}"
-                for s in new
-                for k in (new[s] if isinstance(new[s], dict) else {"": 0})
-                if not isinstance(old.get(s), dict) or old[s].get(k) != new[s].get(k)
-            ]
-            if isinstance(old, dict)
-            else []
-        )
-        raise ValueError(
-            f"{out} holds a run with a different config ({path}); differing: {keys or 'all'}; "
-            "use a new --out or delete the old run"
-        )
-    if not path.exists():
-        atomic_write_text(path, text)
-
-
-def truncate_metrics(path: Path, last_step: int) -> None:
-    """Forget what a killed run logged after its last checkpoint: those steps are redone."""
-    if path.exists():
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        atomic_write_text(path, "".join(ln + "\n" for ln in lines if json.loads(ln)["step"] <= last_step))
-
-
 def _adamw(params, lr: float, optim) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
 
@@ -312,16 +234,11 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
     barrier(env)
 
 
-def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, env: DistEnv) -> dict:
-    """One step: generate, score, old log-probs / reference / values, prepare, critic and actor updates."""
-    objective, options = get_objective(config.algorithm.name), objective_config(config)
-    needs, n, t = objective.needs(options), config.rollout.n, config.trainer
-    temperature = config.rollout.temperature or 1.0  # log-probs of the distribution that was sampled
-    micro_rows, mini_rows = t.micro_batch_size * n, (t.mini_batch_size // env.world_size) * n
-    timer = {"start": time.perf_counter()}
-
-    rows = step_rows(step, len(prompts.token_ids), t.batch_size, t.seed, config.data.shuffle)
-    mine = rank_share(rows, t.mini_batch_size, env)
+def rollout(step: int, config: RunConfig, engine, prompts: Prompts, pool, env: DistEnv, timer: dict):
+    """This rank's share of the step's prompts, n samples each, scored: (batch, completions, verdicts)."""
+    t, n = config.trainer, config.rollout.n
+    mine = rank_share(step_rows(step, len(prompts.token_ids), t.batch_size, t.seed, config.data.shuffle),
+                      t.mini_batch_size, env)  # fmt: skip
     step_prompts = [prompts.token_ids[i] for i in mine]
     params = SamplingParams(
         n=n,
@@ -332,12 +249,18 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     )
     completions = engine.generate(step_prompts, params)
     timer["generate"] = time.perf_counter()
-
     verdicts = pool.score([prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g])
     batch = rollout_batch(step_prompts, completions, engine.pad_token_id)
-    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
+    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)  # (B,)
     timer["score"] = time.perf_counter()
+    return batch, completions, verdicts
 
+
+def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> torch.Tensor:
+    """Old log-probs, reference log-probs and values, once per step, then ``prepare`` on the global batch.
+    Returns the policy's entropy (B, T) for logging."""
+    objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
+    micro_rows, temperature = config.trainer.micro_batch_size * n, config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
     batch["old_logprobs"], entropy = forward_pass(
         batch, micro_rows, n, lambda m: token_logprobs(policy, m, temperature, with_entropy=True)
@@ -349,52 +272,53 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     if critic is not None:
         (batch["values"],) = forward_pass(batch, micro_rows, n, lambda m: [token_values(critic, m)])
     batch.update(prepare_whole_batch(objective, batch, n, options, env))
-    timer["old_logprobs"] = time.perf_counter()
+    return entropy
 
-    record = {"step": step + 1, **rollout_stats(batch, completions, verdicts, n, env)}
-    mask = batch["response_mask"]
-    ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
-    record["policy/entropy"] = float(ent[0] / ent[1])
-    sizes = dict(n=n, mini_rows=mini_rows, micro_rows=micro_rows, epochs=t.epochs, env=env)
+
+def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> dict:
+    """The critic's update (PPO), then the actor's; their metrics prefixed critic/ and actor/."""
+    objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
+    t, temperature = config.trainer, config.rollout.temperature or 1.0
+    policy, critic, record = models.policy_module, models.critic_module, {}
+    sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
+                 epochs=t.epochs, env=env)  # fmt: skip
     if critic is not None:
 
         def critic_loss(micro: Batch):
             return objective.value_loss({**micro, "new_values": token_values(critic, micro)}, options)
 
-        reduction = objective.value_reduction(options)
-        metrics = update(
-            critic,
-            models.critic_optimizer,
-            critic_loss,
-            batch,
-            reduction,
-            grad_clip=config.optim.critic_grad_clip,
-            **sizes,
-        )
+        metrics = update(critic, models.critic_optimizer, critic_loss, batch, objective.value_reduction(options),
+                         grad_clip=config.optim.critic_grad_clip, **sizes)  # fmt: skip
         record.update({f"critic/{k}": v for k, v in metrics.items()})
         models.skipped_steps += metrics["skipped_steps"]
 
     def actor_loss(micro: Batch):
-        logprobs, new_entropy = token_logprobs(policy, micro, temperature, with_entropy="entropy" in needs)
-        inputs = {**micro, "logprobs": logprobs}
-        if new_entropy is not None:
-            inputs["entropy"] = new_entropy
-        return objective.loss(inputs, n, options)
+        with_entropy = "entropy" in objective.needs(options)
+        logprobs, entropy = token_logprobs(policy, micro, temperature, with_entropy)
+        return objective.loss({**micro, "logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})},
+                              n, options)  # fmt: skip
 
-    metrics = update(
-        policy,
-        models.optimizer,
-        actor_loss,
-        batch,
-        objective.reduction(options),
-        grad_clip=config.optim.grad_clip,
-        **sizes,
-    )
+    metrics = update(policy, models.optimizer, actor_loss, batch, objective.reduction(options),
+                     grad_clip=config.optim.grad_clip, **sizes)  # fmt: skip
     models.skipped_steps += metrics["skipped_steps"]
-    timer["update"] = time.perf_counter()
-
     record.update({f"actor/{k}": v for k, v in metrics.items()})
     record["actor/lr"] = models.optimizer.param_groups[0]["lr"]
+    return record
+
+
+def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, env: DistEnv) -> dict:
+    """One step: sample and score, old log-probs (reference, values) and prepare, critic and actor updates."""
+    timer = {"start": time.perf_counter()}
+    batch, completions, verdicts = rollout(step, config, engine, prompts, pool, env, timer)
+    entropy = score_batch(batch, config, models, env)
+    timer["old_logprobs"] = time.perf_counter()
+    record = {"step": step + 1, **update_models(batch, config, models, env)}
+    timer["update"] = time.perf_counter()
+
+    record.update(rollout_stats(batch, completions, verdicts, config.rollout.n, env))
+    mask = batch["response_mask"]
+    ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
+    record["policy/entropy"] = float(ent[0] / ent[1])
     record["skipped_steps_total"] = models.skipped_steps
     phases = list(timer)
     record.update({f"time/{b}": timer[b] - timer[a] for a, b in zip(phases, phases[1:], strict=False)})
@@ -444,7 +368,7 @@ def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn |
         every = config.eval.every
         if heldout is None or every == 0 or (step % every and step != t.total_steps):
             return {}
-        return heldout_accuracy(engine, heldout, pool, config.eval.max_new_tokens, env)
+        return heldout_accuracy(engine, heldout.token_ids, heldout.golds, pool.score, config.eval.max_new_tokens, env)
 
     if env.main:
         truncate_metrics(metrics_path, start)

@@ -1,0 +1,87 @@
+"""What a run records: per-step statistics over all ranks, held-out accuracy, and its directory's config."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from pacs.config import dump_yaml, load_yaml, to_dict
+from pacs.eval.greedy import greedy_accuracy
+from pacs.io import atomic_write_text
+from pacs.train.batch import Batch
+from pacs.train.config import RunConfig
+from pacs.train.distributed import DistEnv, all_reduce
+from pacs.verify import status_counts
+
+
+def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
+    """Reward, group and length statistics over all ranks."""
+    rewards = batch["rewards"].view(-1, n)
+    lengths = batch["response_mask"].sum(-1).float()
+    truncated = sum(c.finish_reason == "length" for group in completions for c in group)
+    sums = all_reduce(
+        torch.tensor(
+            [
+                float(rewards.sum()),
+                float(rewards.numel()),
+                float((rewards.min(-1).values > 0.5).sum()),
+                float((rewards.max(-1).values < 0.5).sum()),
+                float(rewards.shape[0]),
+                float(lengths.sum()),
+                float(truncated),
+                float(batch["attention_mask"].sum()),
+            ]
+        ),
+        env,
+    ).tolist()
+    statuses = status_counts(verdicts)
+    counts = all_reduce(torch.tensor([float(v) for v in statuses.values()]), env).tolist()
+    return {
+        "reward/mean": sums[0] / sums[1],
+        "accuracy": counts[list(statuses).index("correct")] / sums[1],  # equal to the reward while rewards are 0/1
+        "groups/all_correct_frac": sums[2] / sums[4],
+        "groups/all_wrong_frac": sums[3] / sums[4],
+        "response_length/mean": sums[5] / sums[1],
+        "response_length/max": float(all_reduce(lengths.max(), env, "max")),
+        "response_length/truncated_frac": sums[6] / sums[1],
+        **{f"verifier/{k}": int(c) for k, c in zip(statuses, counts, strict=True)},
+        "tokens": sums[7],
+    }
+
+
+def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens: int, env: DistEnv) -> dict:
+    """Greedy accuracy on held-out prompts, every rank taking every world_size-th one."""
+    mine = range(env.rank, len(token_ids), env.world_size)
+    result = greedy_accuracy(engine, [token_ids[i] for i in mine], [golds[i] for i in mine], score, max_new_tokens)
+    correct, total = all_reduce(torch.tensor([float(result["correct"]), float(result["total"])]), env).tolist()
+    return {"eval/accuracy": correct / total, "eval/problems": int(total)}
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in data.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_run_dir(out: Path, config: RunConfig) -> None:
+    """A run directory belongs to one config: resuming under a changed one is an error naming the keys."""
+    path, new = out / "config.yaml", to_dict(config)
+    if path.exists():
+        old = load_yaml(path.read_text(encoding="utf-8"))
+        old, flat = _flat(old if isinstance(old, dict) else {}), _flat(new)
+        differing = sorted(k for k in old.keys() | flat.keys() if old.get(k) != flat.get(k))
+        if differing:
+            raise ValueError(
+                f"{out} holds a run with a different config ({path}); differing keys: {', '.join(differing)}; "
+                "use a new --out, or delete the old run"
+            )
+    else:
+        atomic_write_text(path, dump_yaml(new))
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Forget what a killed run logged after its last checkpoint: those steps are redone."""
+    if path.exists():
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        atomic_write_text(path, "".join(ln + "\n" for ln in lines if json.loads(ln)["step"] <= last_step))
