@@ -29,6 +29,24 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from pacs.bench.train import run_train_bench
+
+    torch.set_num_threads(args.threads)
+    report = run_train_bench(args.model, args.data, args.steps, args.seeds, args.variants)
+    atomic_write_json(args.out, report)
+    print(f"{'run':24s} {'before':>7s} {'after':>7s} {'s/step':>7s} {'generate':>9s} {'update':>7s} {'tokens/s':>9s}")
+    for name, r in report["results"].items():
+        print(
+            f"{name:24s} {r['heldout_accuracy_before']:7.3f} {r['heldout_accuracy_after']:7.3f} "
+            f"{r['seconds_step']:7.2f} {r['seconds_generate']:9.2f} {r['seconds_update']:7.2f} {r['tokens_per_s']:9.0f}"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_check_golds(args: argparse.Namespace) -> int:
     from pacs.data.sources import load_gold_rows
     from pacs.verify import VerifierPool
@@ -129,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
     bv.add_argument("--out", type=Path, default=Path("results/bench/verifier.json"))
     bv.set_defaults(func=cmd_bench_verifier)
+    bt = what.add_parser("train", help="seconds per step and accuracy gain of each algorithm on the tiny model")
+    bt.add_argument("--model", type=Path, default=Path("results/tiny/model"), help="from `pacs tiny-model`")
+    bt.add_argument("--data", type=Path, default=Path("results/tiny/data"), help="from `pacs toy-data`")
+    bt.add_argument("--steps", type=int, default=40)
+    bt.add_argument("--seeds", type=int, nargs="+", default=[0])
+    bt.add_argument("--variants", nargs="+", default=["pacs", "pacs-no-weights", "grpo", "ppo"])
+    bt.add_argument("--threads", type=int, default=2)
+    bt.add_argument("--out", type=Path, default=Path("results/bench/train.json"))
+    bt.set_defaults(func=cmd_bench_train)
 
     cg = verbs.add_parser(
         "check-golds",

@@ -149,3 +149,15 @@ def test_wandb_offline_and_keep_last(tiny_model, toy_data, tmp_path):
     assert [s for s, _ in ckpt.complete_checkpoints(out / "checkpoints")] == [2]
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_bench_train_reports_each_variant(tiny_model, toy_data, tmp_path):
+    out = tmp_path / "train.json"
+    args = ["bench", "train", "--model", str(tiny_model), "--data", str(toy_data), "--steps", "2"]
+    assert main([*args, "--variants", "pacs", "ppo", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())["results"]
+    assert list(report) == ["pacs/seed0", "ppo/seed0"]
+    for row in report.values():
+        assert row["steps"] == 2 and row["seconds_step"] > 0 and row["tokens_per_s"] > 0
+        assert 0 <= row["heldout_accuracy_before"] <= 1 and 0 <= row["heldout_accuracy_after"] <= 1
+    assert main([*args, "--variants", "dpo", "--out", str(out)]) == 2

@@ -1,7 +1,7 @@
 """Checkpoints that are complete or absent, and the resume that makes a killed run end bitwise as if never killed.
 
 ``DIR/checkpoints/step_000020/`` holds the policy in HF format (safetensors, config, tokenizer,
-generation config: transformers and vLLM load it as it is), ``critic/`` for PPO, ``trainer_state.pt``
+generation config, as transformers saves them), ``critic/`` for PPO, ``trainer_state.pt``
 (optimizers, step, counters) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp`` name
 and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
 which resume deletes.
