@@ -42,23 +42,22 @@ def tiny_model(toy_data, tmp_path_factory) -> Path:
 
 
 def write_run_config(path: Path, model: Path, data: Path, **sections) -> Path:
-    """A small run config for the toy task; ``sections`` override whole keys of a section."""
+    """The toy-task run of `pacs bench train`, made small (6 steps of 16 prompts, a checkpoint every 2,
+    no evaluation); ``sections`` override keys of a section (``algorithm`` as a whole)."""
     import yaml
 
-    config = {
-        "algorithm": {"name": "pacs"},
-        "model": {"path": str(model)},
-        "data": {"train_files": [str(data / "train.parquet")], "heldout_files": [str(data / "heldout.parquet")]},
-        "rollout": {"n": 8, "max_response_length": 16},
-        "optim": {"lr": 1e-4},
-        "trainer": {"total_steps": 6, "batch_size": 16, "mini_batch_size": 8, "micro_batch_size": 4},
+    from pacs.bench.train import bench_config
+
+    config = bench_config({"name": "pacs"}, model, data, steps=6, seed=0)
+    small = {
+        "trainer": {"batch_size": 16, "mini_batch_size": 8, "micro_batch_size": 4},
         "checkpoint": {"save_every": 2},
-        "eval": {"every": 0, "max_new_tokens": 16},
-        "logging": {"wandb": "disabled", "progress_bar": False},
+        "eval": {"every": 0},
         "verifier": {"workers": 1},
     }
-    for section, values in sections.items():
-        config[section] = {**config.get(section, {}), **values} if isinstance(values, dict) else values
+    for overrides in (small, sections):
+        for section, values in overrides.items():
+            config[section] = {**config.get(section, {}), **values} if section != "algorithm" else values
     path.write_text(yaml.safe_dump(config))
     return path
 

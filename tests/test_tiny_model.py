@@ -6,6 +6,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from pacs.data.schema import COLUMNS, INSTRUCTION, prompt_texts, read_prepared
 from pacs.data.toy import toy_addition
+from pacs.models.tiny import train_tokenizer
 
 
 def test_toy_task_is_deterministic_disjoint_and_in_the_schema(toy_data):
@@ -21,7 +22,15 @@ def test_toy_task_is_deterministic_disjoint_and_in_the_schema(toy_data):
     assert list(row["prompt"][0].keys()) == ["role", "content"] and row["prompt"][0]["content"].endswith(INSTRUCTION)
 
 
-def test_tokenizer_reloads_identically_and_isolates_digits(raw_tiny_model, toy_data):
+def test_tokenizer_reloads_identically_and_isolates_digits(raw_tiny_model, toy_data, tmp_path):
+    frame = read_prepared(toy_data / "train.parquet")
+    trained = train_tokenizer([m[0]["content"] for m in frame["prompt"][:500]] + ["user\nassistant\n"], 512)
+    trained.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    samples = [*prompt_texts(trained, frame["prompt"][:20]), "\\boxed{1234}<|im_end|>", "What is 98 + 7?  \n x"]
+    for text in samples:
+        assert reloaded(text)["input_ids"] == trained(text)["input_ids"], text
+
     tokenizer = AutoTokenizer.from_pretrained(raw_tiny_model)
     text = prompt_texts(tokenizer, read_prepared(toy_data / "heldout.parquet")["prompt"][:1])[0]
     assert text.startswith("<|im_start|>user\nWhat is") and text.endswith("<|im_start|>assistant\n")
