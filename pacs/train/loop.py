@@ -78,6 +78,13 @@ def sampling_seed(seed: int, step: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
 
 
+def model_stop_ids(model, tokenizer) -> list[int]:
+    """As vLLM stops: on the tokenizer's eos and on every eos of the model's generation config."""
+    eos = model.generation_config.eos_token_id
+    ids = [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id]
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
     t = config.trainer
     if t.batch_size % env.world_size or (t.mini_batch_size // env.world_size) % t.micro_batch_size:
@@ -351,10 +358,8 @@ def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn |
     heldout = None
     if config.data.heldout_files:
         heldout = load_prompts(config.data.heldout_files, models.tokenizer, config.data.max_prompt_length)
-    eos = models.policy.generation_config.eos_token_id
-    engine = HFEngine(
-        models.policy, models.tokenizer, eos if isinstance(eos, list) else [eos], config.rollout.prompt_batch_size
-    )
+    engine = HFEngine(models.policy, models.tokenizer, model_stop_ids(models.policy, models.tokenizer),
+                      config.rollout.prompt_batch_size)  # fmt: skip
     metrics_path = out / "metrics.jsonl"
 
     def emit(record: dict) -> None:
