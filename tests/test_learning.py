@@ -67,7 +67,7 @@ def test_torchrun_two_ranks(tiny_model, toy_data, tmp_path):
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2]  # rank 0 alone logs
-    assert records[0]["verifier/correct"] + records[0]["verifier/wrong"] + records[0]["verifier/no_answer"] == 64
+    assert [r["step"] for r in records] == [0, 1, 2]  # rank 0 alone logs
+    assert records[1]["verifier/correct"] + records[1]["verifier/wrong"] + records[1]["verifier/no_answer"] == 64
     last = out / "checkpoints" / "step_000002"
     assert (last / "rng_rank0.pt").exists() and (last / "rng_rank1.pt").exists()

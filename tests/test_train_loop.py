@@ -77,7 +77,8 @@ def uninterrupted(config, tmp_path_factory):
 
 def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, config):
     records = read_metrics(uninterrupted / "metrics.jsonl")
-    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5, 6]
+    assert records.pop(0) == {"step": 0, "data/prompts": 4000, "data/prompts_dropped": 0}
     for r in records:
         assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
         assert 0.0 <= r["reward/mean"] <= 1.0 and r["time/step"] > 0

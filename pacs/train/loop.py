@@ -379,8 +379,9 @@ def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn |
         truncate_metrics(metrics_path, start)
     show = env.main and config.logging.progress_bar
     with VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool:
-        if start == 0 and (first := evaluate(0)):
-            emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped, **first})
+        if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
+            emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
+                  **evaluate(0)})  # fmt: skip
         bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
         for step in range(start, t.total_steps):
             record = train_step(step, config, models, engine, prompts, pool, env)
