@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pacs.io import atomic_write_csv, atomic_write_json
+from pacs.io import atomic_write_csv, atomic_write_json, atomic_write_parquet
 
 
 def _verify_config(args: argparse.Namespace):
@@ -83,12 +83,52 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
-def cmd_toy_data(args: argparse.Namespace) -> int:
-    from pacs.data.toy import toy_addition
-    from pacs.io import atomic_write_parquet
+TOY_SPLITS = {"toy_train": "train", "toy_heldout": "heldout"}
 
-    for split, frame in toy_addition(args.seed, args.train_size, args.heldout_size).items():
-        atomic_write_parquet(args.out / f"{split}.parquet", frame)
+
+def _toy_report(args: argparse.Namespace, split: str, report: dict) -> dict:
+    toy = {"kind": "toy", "split": split, "seed": args.seed, "train_size": args.train_size}
+    return {**report, "source": {**toy, "heldout_size": args.heldout_size}}
+
+
+def cmd_prepare_data(args: argparse.Namespace) -> int:
+    from pacs.config import read_yaml
+    from pacs.data.prepare import PrepareOptions, prepare_rows, prepare_source, summary
+    from pacs.data.sources import HUB_SOURCES, default_source, with_overrides
+    from pacs.data.toy import DATA_SOURCE, toy_rows
+
+    options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat)
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if args.dataset in TOY_SPLITS:
+        split = TOY_SPLITS[args.dataset]
+        rows = toy_rows(args.seed, args.train_size, args.heldout_size)[split]
+        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer)
+        report = _toy_report(args, split, report)
+    else:
+        overrides = read_yaml(args.spec) if args.spec else {}
+        if args.dataset not in HUB_SOURCES and not overrides:
+            raise ValueError(
+                f"dataset {args.dataset!r} is not built in ({sorted(HUB_SOURCES)}); describe it with --spec"
+            )
+        base = default_source(args.dataset, args.source) if args.dataset in HUB_SOURCES else None
+        source = with_overrides(base, overrides)
+        frame, report = prepare_source(args.dataset, source, args.data_dir, options, tokenizer)
+    atomic_write_parquet(args.out, frame, report)
+    print(f"{args.dataset}: {summary(report)}; wrote {args.out}")
+    return 0
+
+
+def cmd_toy_data(args: argparse.Namespace) -> int:
+    from pacs.data.prepare import PrepareOptions, prepare_rows
+    from pacs.data.toy import DATA_SOURCE, toy_rows
+
+    for split, rows in toy_rows(args.seed, args.train_size, args.heldout_size).items():
+        frame, report = prepare_rows(DATA_SOURCE, rows, PrepareOptions())
+        atomic_write_parquet(args.out / f"{split}.parquet", frame, _toy_report(args, split, report))
         print(f"wrote {args.out / f'{split}.parquet'} ({len(frame)} rows)")
     return 0
 
@@ -124,14 +164,55 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+EVAL_FLAGS = ("n", "temperature", "top_p", "max_tokens", "seed", "limit", "chunk_problems", "engine", "dtype")
+
+
+def eval_config_from(args: argparse.Namespace):
+    """EvalConfig from --config (if given), then the flags given on the command line, then --greedy."""
+    from pacs.config import from_dict, read_yaml
+    from pacs.eval.config import GREEDY, EvalConfig
+
+    values = read_yaml(args.config) if args.config else {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{args.config}: expected a mapping of evaluation keys")
+    values = {**values, **{k: getattr(args, k) for k in EVAL_FLAGS if getattr(args, k) is not None}}
+    if args.workers is not None:
+        values["verifier_workers"] = args.workers
+    if args.greedy:
+        values.update(GREEDY)
+    return from_dict(EvalConfig, values, str(args.config or "eval"))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from pacs.eval.run import evaluate
+
+    metrics = evaluate(args.model, args.data, args.out, eval_config_from(args))
+    passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())
+    speed = metrics["throughput"]
+    rate = (
+        ""
+        if speed["samples_per_s"] is None
+        else f"; {speed['samples_per_s']:.1f} samples/s, {speed['tokens_per_s']:.0f} tokens/s"
+    )
+    print(f"{metrics['data_source']}: {metrics['problems']} problems × {metrics['samples_per_problem']}: {passk}")
+    print(f"statuses {metrics['statuses']}; engine {metrics['engine']}{rate}; wrote {args.out / 'metrics.json'}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from pacs.train.__main__ import run
 
     return run(args.config, args.out)
 
 
+def _toy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed")
+    parser.add_argument("--train-size", type=int, default=4000, help="toy task: training problems")
+    parser.add_argument("--heldout-size", type=int, default=200, help="toy task: held-out problems")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from pacs.data.sources import LOCAL_BENCHMARKS
+    from pacs.data.sources import BENCHMARKS, HUB_SOURCES
 
     parser = argparse.ArgumentParser(prog="pacs", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -163,17 +244,29 @@ def build_parser() -> argparse.ArgumentParser:
         "answer, must verify as correct, and a wrong number as wrong",
     )
     cg.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
-    cg.add_argument("--benchmarks", nargs="+", default=list(LOCAL_BENCHMARKS), choices=list(LOCAL_BENCHMARKS))
+    cg.add_argument("--benchmarks", nargs="+", default=list(BENCHMARKS), choices=list(BENCHMARKS))
     cg.add_argument("--workers", type=int, default=2)
     cg.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
     cg.add_argument("--out", type=Path, default=Path("results/golds/gold_check.csv"))
     cg.set_defaults(func=cmd_check_golds)
 
+    pd_ = verbs.add_parser("prepare-data", help="one dataset (hub, local file or toy task) → one prepared parquet")
+    pd_.add_argument("--dataset", required=True, help=f"built in: {', '.join([*HUB_SOURCES, *TOY_SPLITS])}")
+    pd_.add_argument("--out", type=Path, required=True, help="parquet file to write")
+    pd_.add_argument("--source", choices=["hub", "local"], default="hub", help="built-in source to start from")
+    pd_.add_argument("--data-dir", type=Path, help="local: directory the source file is in (../shared/data)")
+    pd_.add_argument("--spec", type=Path, help="YAML mapping of source fields to override (config/README.md)")
+    pd_.add_argument("--bad-rows", choices=["error", "drop"], default="error", help="drop: skip and count them")
+    pd_.add_argument("--duplicates", choices=["keep", "drop"], default="keep", help="reported either way")
+    pd_.add_argument("--tokenizer", help="model or tokenizer whose chat template measures --max-prompt-length")
+    pd_.add_argument("--max-prompt-length", type=int, help="drop prompts longer than this many tokens")
+    pd_.add_argument("--repeat", type=int, default=1, help="write every row this many times")
+    _toy_arguments(pd_)
+    pd_.set_defaults(func=cmd_prepare_data)
+
     td = verbs.add_parser("toy-data", help="the synthetic addition task: train.parquet and heldout.parquet")
     td.add_argument("--out", type=Path, required=True, help="directory to write the two splits to")
-    td.add_argument("--seed", type=int, default=0)
-    td.add_argument("--train-size", type=int, default=4000)
-    td.add_argument("--heldout-size", type=int, default=200)
+    _toy_arguments(td)
     td.set_defaults(func=cmd_toy_data)
 
     tm = verbs.add_parser("tiny-model", help="a tiny Qwen2 with an offline tokenizer, warm-started on the toy task")
@@ -183,6 +276,26 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--target-accuracy", type=float, default=0.3, help="warm start stops at this held-out accuracy")
     tm.add_argument("--threads", type=int, default=2)
     tm.set_defaults(func=cmd_tiny_model)
+
+    ev = verbs.add_parser("evaluate", help="N samples per problem from a model on one prepared benchmark; pass@k")
+    ev.add_argument("--model", required=True, help="hub id, HF model directory or training checkpoint")
+    ev.add_argument("--data", type=Path, required=True, help="prepared parquet (pacs prepare-data)")
+    ev.add_argument(
+        "--out", type=Path, required=True, help="directory: config, responses/, metrics.json; rerun resumes"
+    )
+    ev.add_argument("--config", type=Path, help="YAML of evaluation keys (config/README.md); flags override it")
+    ev.add_argument("--n", type=int, help="samples per problem (default 32)")
+    ev.add_argument("--temperature", type=float, help="default 0.6")
+    ev.add_argument("--top-p", type=float, help="default 0.95")
+    ev.add_argument("--max-tokens", type=int, help="new tokens per sample (default 4096)")
+    ev.add_argument("--seed", type=int)
+    ev.add_argument("--limit", type=int, help="only the first LIMIT problems")
+    ev.add_argument("--chunk-problems", type=int, help="problems per written chunk (default 64)")
+    ev.add_argument("--engine", choices=["auto", "vllm", "hf"], help="default auto: vllm when importable")
+    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    ev.add_argument("--workers", type=int, help="verifier processes (default 2)")
+    ev.add_argument("--greedy", action="store_true", help="quick mode: one greedy sample per problem")
+    ev.set_defaults(func=cmd_evaluate)
 
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; under torchrun for DDP")
     tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")

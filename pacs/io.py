@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+PARQUET_KEY = b"pacs"
+
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
@@ -40,6 +42,21 @@ def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_text(path, frame.to_csv(index=False))
 
 
-def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+def atomic_write_parquet(path: Path, frame: pd.DataFrame, metadata: dict | None = None) -> None:
+    """``frame`` as parquet; ``metadata`` (JSON-able) goes into the file's key-value metadata under "pacs"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), PARQUET_KEY: json.dumps(metadata)})
     with atomic_path(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(table, tmp)
+
+
+def parquet_metadata(path: Path) -> dict:
+    """What ``atomic_write_parquet`` stored with ``metadata`` ({} if nothing)."""
+    import pyarrow.parquet as pq
+
+    stored = pq.read_schema(path).metadata or {}
+    return json.loads(stored[PARQUET_KEY]) if PARQUET_KEY in stored else {}

@@ -22,6 +22,19 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def prepared(shared_data, tmp_path_factory) -> Path:
+    """The five real benchmarks as `pacs prepare-data --source local` writes them: NAME.parquet."""
+    from pacs.cli import main
+    from pacs.data.sources import BENCHMARKS
+
+    out = tmp_path_factory.mktemp("prepared")
+    for name in BENCHMARKS:
+        args = ["--dataset", name, "--source", "local", "--data-dir", str(shared_data)]
+        assert main(["prepare-data", *args, "--out", str(out / f"{name}.parquet")]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def toy_data(tmp_path_factory) -> Path:
     """The toy task's train.parquet and heldout.parquet, as `pacs toy-data` writes them."""
     from pacs.cli import main

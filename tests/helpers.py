@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 from pacs.algorithms import get_objective
 from pacs.config import from_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
-from pacs.models.tiny import stop_token_ids
+from pacs.models.tiny import eos_token_ids
 from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 from pacs.train.batch import rollout_batch, token_logprobs, token_values
@@ -18,13 +18,16 @@ from pacs.train.loop import forward_pass, prepare_whole_batch, rank_share, updat
 
 N = 4
 
+# The real benchmarks of ../shared/data: rows per prepared file.
+EXPECTED_ROWS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319}
+
 
 def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):
     """Sampled completions with rewards alternating within groups, so that every group has both classes."""
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     ids = prompt_token_ids(tokenizer, read_prepared(data_dir / "train.parquet")["prompt"][:prompts])
-    engine = HFEngine(model, tokenizer, stop_token_ids(tokenizer))
+    engine = HFEngine(model, tokenizer, eos_token_ids(tokenizer))
     completions = engine.generate(ids, SamplingParams(n=N, max_tokens=12, seed=seed))
     batch = rollout_batch(ids, completions, engine.pad_token_id)
     rewards = torch.tensor([(i * 7 + i // N) % 3 == 0 for i in range(prompts * N)], dtype=torch.float32)

@@ -40,11 +40,11 @@ def test_gsm8k_final_answer():
 
 def test_loading_errors_name_file_row_and_field(tmp_path):
     (tmp_path / "amc23.jsonl").write_text(
-        json.dumps({"problem": "p", "answer": 3.0}) + "\n" + json.dumps({"problem": "q"})
+        json.dumps({"id": 0, "problem": "p", "answer": 3.0}) + "\n" + json.dumps({"id": 1, "problem": "q"})
     )
-    with pytest.raises(ValueError, match=r"amc23.jsonl: row 1 has no field 'answer'"):
+    with pytest.raises(ValueError, match=r"amc23.jsonl: row 1: no field 'answer'"):
         load_gold_rows(tmp_path, "amc23")
-    (tmp_path / "amc23.jsonl").write_text(json.dumps({"problem": "p", "answer": ""}))
+    (tmp_path / "amc23.jsonl").write_text(json.dumps({"id": 0, "problem": "p", "answer": ""}))
     with pytest.raises(ValueError, match=r"amc23.jsonl: row 0: gold is empty"):
         load_gold_rows(tmp_path, "amc23")
     with pytest.raises(FileNotFoundError, match="math500.jsonl"):

@@ -1,13 +1,13 @@
-"""Every gold of the real benchmarks in ../shared/data, written as a model would, verifies as correct,
-and a wrong number as wrong."""
+"""Every gold of the real benchmarks in ../shared/data, as `pacs prepare-data` writes it, verifies as
+correct when written as a model would, and a wrong number as wrong."""
 
 import pytest
+from helpers import EXPECTED_ROWS
 
-from pacs.data.sources import LOCAL_BENCHMARKS, load_gold_rows
+from pacs.data.schema import read_prepared
+from pacs.data.sources import BENCHMARKS, GoldRow
 from pacs.verify import VerifierPool
 from pacs.verify.gold_check import check_golds
-
-EXPECTED_ROWS = {"math500": 500, "aime2024": 30, "aime2025": 30, "amc23": 40, "gsm8k": 1319}
 
 # Golds the verifier cannot accept even after normalisation, with the reason: (benchmark, row) -> why.
 # Empty since math-verify 0.9.0 with the normalisation in pacs.data.golds; a new failure must be fixed or listed.
@@ -15,8 +15,14 @@ KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 @pytest.fixture(scope="module")
-def checks(shared_data):
-    rows = [r for b in LOCAL_BENCHMARKS for r in load_gold_rows(shared_data, b)]
+def checks(prepared):
+    rows = []
+    for name in BENCHMARKS:
+        frame = read_prepared(prepared / f"{name}.parquet")
+        problems = [m[0]["content"] for m in frame["prompt"]]
+        rows += [
+            GoldRow(name, i, p, g) for i, p, g in zip(frame["index"], problems, frame["ground_truth"], strict=True)
+        ]
     with VerifierPool(workers=2) as pool:
         return check_golds(rows, pool)
 

@@ -1,42 +1,90 @@
-"""Where each benchmark's rows live in local files, and how to read its problem and gold.
+"""Where each dataset's rows come from, and which fields hold its problem, answer and id.
 
-The file names are those of ../shared/data (see its SOURCES.md); the Hugging Face hub sources
-come with `pacs prepare-data`.
+Two kinds of source, one row reader:
+- ``hub``: a Hugging Face dataset loaded with ``datasets.load_dataset`` (the ids the paper used);
+- ``local``: a .jsonl, .json (a list of objects) or .parquet file, e.g. ../shared/data (its SOURCES.md).
+The field names differ between copies of the same benchmark, so each source carries its own mapping.
 """
 
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
 from pacs.data.golds import GoldError, gsm8k_gold, normalize_gold
 
+GOLD_FORMATS = {"plain": normalize_gold, "gsm8k": gsm8k_gold}
+
 
 @dataclass(frozen=True)
-class LocalSource:
-    file: str
+class DatasetSource:
+    """One dataset's rows: where they are and how to read them."""
+
+    kind: Literal["hub", "local"]
+    path: str  # hub: dataset id (or a local dataset directory); local: a file, relative to the data directory
     problem_field: str
     answer_field: str
-    gold: Callable[[object], str] = normalize_gold
+    id_field: str | None = None  # None: the row number is the id
+    answer_format: Literal["plain", "gsm8k"] = "plain"  # gsm8k: the number after "####" in a worked solution
+    split: str = "test"  # hub only
+    name: str | None = None  # hub only: the dataset's config name (GSM8K's "main")
+    revision: str | None = None  # hub only: a commit or tag, for a pinned download
 
 
-LOCAL_BENCHMARKS: dict[str, LocalSource] = {
-    "math500": LocalSource("math500.jsonl", "problem", "answer"),
-    "aime2024": LocalSource("aime2024.jsonl", "problem", "answer"),
-    "aime2025": LocalSource("aime2025.jsonl", "problem", "answer"),
-    "amc23": LocalSource("amc23.jsonl", "problem", "answer"),
-    "gsm8k": LocalSource("gsm8k_test.jsonl", "question", "answer", gsm8k_gold),
+HUB_SOURCES: dict[str, DatasetSource] = {
+    "deepscaler": DatasetSource("hub", "agentica-org/DeepScaleR-Preview-Dataset", "problem", "answer", split="train"),
+    "math500": DatasetSource("hub", "HuggingFaceH4/MATH-500", "problem", "answer", "unique_id"),
+    "amc23": DatasetSource("hub", "zwhe99/amc23", "question", "answer"),
+    "aime2024": DatasetSource("hub", "Maxwell-Jia/AIME_2024", "Problem", "Answer", "ID", split="train"),
+    "aime2025": DatasetSource("hub", "yentinglin/aime_2025", "problem", "answer", split="train"),
+    "gsm8k": DatasetSource("hub", "openai/gsm8k", "question", "answer", answer_format="gsm8k", name="main"),
 }
+
+# The files of ../shared/data; the DeepScaleR file there is an 803-row subset, not the training set.
+LOCAL_SOURCES: dict[str, DatasetSource] = {
+    "deepscaler": DatasetSource("local", "deepscaler_subset803.json", "problem", "answer"),
+    "math500": DatasetSource("local", "math500.jsonl", "problem", "answer", "unique_id"),
+    "amc23": DatasetSource("local", "amc23.jsonl", "problem", "answer", "id"),
+    "aime2024": DatasetSource("local", "aime2024.jsonl", "problem", "answer", "id"),
+    "aime2025": DatasetSource("local", "aime2025.jsonl", "problem", "answer", "id"),
+    "gsm8k": DatasetSource("local", "gsm8k_test.jsonl", "question", "answer", answer_format="gsm8k"),
+}
+BENCHMARKS = ("math500", "amc23", "aime2024", "aime2025", "gsm8k")  # evaluation sets; deepscaler trains
+
+
+def default_source(dataset: str, kind: str) -> DatasetSource:
+    table = {"hub": HUB_SOURCES, "local": LOCAL_SOURCES}[kind]
+    if dataset not in table:
+        raise ValueError(f"no {kind} source is known for dataset {dataset!r}; known: {sorted(table)}")
+    return table[dataset]
+
+
+def with_overrides(source: DatasetSource | None, overrides: dict) -> DatasetSource:
+    """``source`` with some fields replaced (from a --spec file), or a new source from ``overrides`` alone;
+    an unknown key or a missing one is an error naming it."""
+    from pacs.config import from_dict, to_dict
+
+    return from_dict(DatasetSource, {**(to_dict(source) if source else {}), **overrides}, "source")
 
 
 @dataclass(frozen=True)
-class GoldRow:
-    benchmark: str
-    row: int  # 0-based position in the source file
+class RawRow:
+    row: int  # 0-based position in the source
     problem: str
     gold: str
+    id: str
+
+
+class RowError(ValueError):
+    """One source row that cannot be used: no problem, an empty one, or a gold that cannot be normalised."""
+
+    def __init__(self, where: str, row: int, reason: str):
+        super().__init__(f"{where}: row {row}: {reason}")
+        self.row, self.reason = row, reason
 
 
 def read_records(path: Path) -> list[dict]:
@@ -63,20 +111,65 @@ def read_records(path: Path) -> list[dict]:
     raise ValueError(f"{path}: unsupported file type {path.suffix!r} (jsonl, json or parquet)")
 
 
-def load_gold_rows(data_dir: Path, benchmark: str) -> list[GoldRow]:
-    """Every row of a local benchmark file with its normalised gold; errors name file, row and field."""
-    if benchmark not in LOCAL_BENCHMARKS:
-        raise ValueError(f"unknown benchmark {benchmark!r}; choose one of {sorted(LOCAL_BENCHMARKS)}")
-    source = LOCAL_BENCHMARKS[benchmark]
-    path = Path(data_dir) / source.file
-    out = []
-    for i, record in enumerate(read_records(path)):
-        for field in (source.problem_field, source.answer_field):
-            if field not in record:
-                raise ValueError(f"{path}: row {i} has no field {field!r}")
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_records(source: DatasetSource, data_dir: Path | None) -> tuple[list[dict], str, dict]:
+    """``(records, where, provenance)``: the rows, a name for error messages, and what to record of the source."""
+    if source.kind == "local":
+        path = Path(source.path) if data_dir is None else Path(data_dir) / source.path
+        return read_records(path), str(path), {"file": str(path.resolve()), "sha256": sha256(path)}
+    import datasets
+
+    where = f"{source.path} [{source.split}]"
+    loaded = datasets.load_dataset(source.path, source.name, split=source.split, revision=source.revision)
+    return list(loaded), where, {"hub_id": source.path, "fingerprint": loaded._fingerprint}
+
+
+def parse_row(record: dict, row: int, source: DatasetSource, where: str) -> RawRow:
+    """One record as (problem, normalised gold, id); a ``RowError`` names the file and row."""
+    for field in (source.problem_field, source.answer_field, source.id_field):
+        if field is not None and field not in record:
+            raise RowError(where, row, f"no field {field!r} (fields: {sorted(record)})")
+    problem = record[source.problem_field]
+    if not isinstance(problem, str) or not problem.strip():
+        raise RowError(where, row, f"empty or non-text problem {problem!r}")
+    try:
+        gold = GOLD_FORMATS[source.answer_format](record[source.answer_field])
+    except GoldError as e:
+        raise RowError(where, row, str(e)) from e
+    return RawRow(row, problem.strip(), gold, str(record[source.id_field]) if source.id_field else str(row))
+
+
+def iter_rows(records: list[dict], source: DatasetSource, where: str) -> Iterator[RawRow | RowError]:
+    """Every record parsed, or the error that makes it unusable, in source order."""
+    for i, record in enumerate(records):
         try:
-            gold = source.gold(record[source.answer_field])
-        except GoldError as e:
-            raise ValueError(f"{path}: row {i}: {e}") from e
-        out.append(GoldRow(benchmark, i, str(record[source.problem_field]), gold))
+            yield parse_row(record, i, source, where)
+        except RowError as e:
+            yield e
+
+
+@dataclass(frozen=True)
+class GoldRow:
+    benchmark: str
+    row: int  # 0-based position in the source file
+    problem: str
+    gold: str
+
+
+def load_gold_rows(data_dir: Path, benchmark: str) -> list[GoldRow]:
+    """Every row of a local benchmark file with its normalised gold; the first bad row is an error."""
+    source = default_source(benchmark, "local")
+    records, where, _ = load_records(source, data_dir)
+    out = []
+    for r in iter_rows(records, source, where):
+        if isinstance(r, RowError):
+            raise r
+        out.append(GoldRow(benchmark, r.row, r.problem, r.gold))
     return out

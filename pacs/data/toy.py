@@ -9,7 +9,8 @@ instruction all the same, so that the pipeline is the paper's.
 import numpy as np
 import pandas as pd
 
-from pacs.data.schema import chat_prompt
+from pacs.data.prepare import PrepareOptions, prepare_rows
+from pacs.data.sources import RawRow
 
 DATA_SOURCE = "toy_addition"
 
@@ -23,26 +24,25 @@ def toy_solution(ground_truth: str) -> str:
     return f"\\boxed{{{ground_truth}}}"
 
 
-def toy_addition(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99) -> dict:
-    """``{"train": frame, "heldout": frame}``; no (a, b) pair is in both splits."""
+def toy_rows(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99) -> dict[str, list[RawRow]]:
+    """``{"train": rows, "heldout": rows}``; no (a, b) pair is in both splits. The id is "a+b"."""
     pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
     if train_size + heldout_size > len(pairs):
         raise ValueError(f"toy task: {train_size} + {heldout_size} rows asked, only {len(pairs)} distinct problems")
     order = np.random.default_rng(seed).permutation(len(pairs))
     splits = {"train": order[:train_size], "heldout": order[train_size : train_size + heldout_size]}
-    frames = {}
-    for split, rows in splits.items():
-        records = []
-        for index, i in enumerate(rows):
-            a, b = pairs[i]
-            records.append(
-                {
-                    "prompt": chat_prompt(toy_problem(a, b)),
-                    "ground_truth": str(a + b),
-                    "data_source": DATA_SOURCE,
-                    "index": index,
-                    "id": f"{a}+{b}",
-                }
-            )
-        frames[split] = pd.DataFrame.from_records(records)
-    return frames
+    return {
+        split: [
+            RawRow(row, toy_problem(*pairs[i]), str(sum(pairs[i])), f"{pairs[i][0]}+{pairs[i][1]}")
+            for row, i in enumerate(rows)
+        ]
+        for split, rows in splits.items()
+    }
+
+
+def toy_addition(seed: int, train_size: int, heldout_size: int) -> dict[str, pd.DataFrame]:
+    """The two splits as prepared frames."""
+    return {
+        split: prepare_rows(DATA_SOURCE, rows, PrepareOptions())[0]
+        for split, rows in toy_rows(seed, train_size, heldout_size).items()
+    }
