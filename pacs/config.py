@@ -123,3 +123,35 @@ def read_yaml(path: Path) -> Any:
 
 def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def flat_keys(data: dict, prefix: str = "") -> dict:
+    """``{"optim": {"lr": 1}}`` → ``{"optim.lr": 1}``."""
+    out = {}
+    for k, v in data.items():
+        out.update(flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def pin_config(path: Path, data: dict, what: str, ignore: tuple[str, ...] = ()) -> None:
+    """Write ``data`` to ``path``, or, if a config is already there, check it is the same one.
+
+    A directory holds the outputs of one config: continuing it under another is an error that names
+    the differing keys. Keys under a prefix in ``ignore`` (settings that change no output) may differ.
+    """
+    from pacs.io import atomic_write_text
+
+    path = Path(path)
+    if not path.exists():
+        atomic_write_text(path, dump_yaml(data))
+        return
+    old = load_yaml(path.read_text(encoding="utf-8"))
+    old, new = flat_keys(old if isinstance(old, dict) else {}), flat_keys(data)
+    differing = sorted(
+        k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith(tuple(ignore))
+    )
+    if differing:
+        raise ValueError(
+            f"{path.parent} holds {what} with a different config ({path}); differing keys: {', '.join(differing)}; "
+            "use a new --out, or delete the old outputs"
+        )

@@ -3,7 +3,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pacs.data.schema import prompt_token_ids, read_prepared
-from pacs.models.tiny import stop_token_ids
+from pacs.models.tiny import eos_token_ids
 from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 
@@ -12,7 +12,7 @@ from pacs.rollout.hf import HFEngine
 def engine(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
-    return HFEngine(model, tokenizer, stop_token_ids(tokenizer), prompt_batch_size=3)
+    return HFEngine(model, tokenizer, eos_token_ids(tokenizer), prompt_batch_size=3)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,21 @@
-"""Quick evaluation: one greedy completion per problem, the fraction the verifier accepts."""
+"""Quick evaluation: one greedy completion per problem, the fraction the verifier accepts.
+
+`pacs train` calls it on held-out prompts every ``eval.every`` steps; `pacs evaluate --greedy` is the
+same protocol through the full evaluator.
+"""
 
 from collections.abc import Callable, Sequence
 
-from pacs.rollout import RolloutEngine, SamplingParams
+from pacs.rollout import Completion, RolloutEngine, SamplingParams
 from pacs.verify import Verdict, status_counts
 
 ScoreFn = Callable[[Sequence[str], Sequence[str]], list[Verdict]]  # (golds, answers) → verdicts
+
+
+def score_completions(golds: Sequence[str], completions: list[list[Completion]], score: ScoreFn) -> list[Verdict]:
+    """One verdict per completion, flat, prompt by prompt; each prompt's gold serves all its completions."""
+    pairs = [(g, c.text) for g, group in zip(golds, completions, strict=True) for c in group]
+    return score([g for g, _ in pairs], [a for _, a in pairs])
 
 
 def greedy_accuracy(
@@ -13,7 +23,7 @@ def greedy_accuracy(
 ) -> dict:
     """``{"accuracy", "correct", "total", "statuses"}`` of greedy decoding on ``prompts``."""
     completions = engine.generate(prompts, SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens))
-    verdicts = score(list(golds), [c[0].text for c in completions])
+    verdicts = score_completions(golds, completions, score)
     correct = sum(v.score for v in verdicts)
     return {
         "accuracy": correct / max(len(verdicts), 1),

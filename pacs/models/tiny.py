@@ -99,12 +99,12 @@ def tiny_qwen2(tokenizer, config: TinyModelConfig) -> Qwen2ForCausalLM:
     )
     model = Qwen2ForCausalLM(model_config)
     model.generation_config = GenerationConfig(
-        eos_token_id=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=None
+        eos_token_id=eos_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=None
     )
     return model
 
 
-def stop_token_ids(tokenizer) -> list[int]:
+def eos_token_ids(tokenizer) -> list[int]:
     """<|im_end|> ends an assistant turn; <|endoftext|> ends a document (Qwen2.5 stops on both)."""
     return [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
 
@@ -132,7 +132,7 @@ def warm_start(model, tokenizer, train, heldout, solutions: list[str], score: Sc
     Returns the accuracy history ``[(step, accuracy), ...]``; raises if the target is not reached.
     """
     texts = prompt_texts(tokenizer, train["prompt"])
-    engine = HFEngine(model, tokenizer, stop_token_ids(tokenizer), prompt_batch_size=256)
+    engine = HFEngine(model, tokenizer, eos_token_ids(tokenizer), prompt_batch_size=256)
     heldout_ids = prompt_token_ids(tokenizer, heldout["prompt"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warm_start_lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)

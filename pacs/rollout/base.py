@@ -36,3 +36,17 @@ class RolloutEngine(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt (token ids, chat template applied), ``params.n`` completions."""
         ...
+
+
+def stop_token_ids(generation_config, tokenizer) -> list[int]:
+    """As vLLM stops: on the tokenizer's eos and on every eos of the model's generation config."""
+    eos = generation_config.eos_token_id if generation_config is not None else None
+    ids = [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id]
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def derived_seed(*keys: int) -> int:
+    """A 32-bit seed for one (seed, step, rank, ...) combination; unrelated for neighbouring keys."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])

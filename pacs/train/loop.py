@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
-from pacs.rollout import SamplingParams
+from pacs.rollout.base import SamplingParams, derived_seed, stop_token_ids
 from pacs.rollout.hf import HFEngine
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import (
@@ -72,17 +72,6 @@ def rank_share(rows: np.ndarray, mini_batch_size: int, env: DistEnv) -> np.ndarr
     return np.concatenate(
         [mini[env.rank * per_rank : (env.rank + 1) * per_rank] for mini in np.split(rows, len(rows) // mini_batch_size)]
     )
-
-
-def sampling_seed(seed: int, step: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
-
-
-def model_stop_ids(model, tokenizer) -> list[int]:
-    """As vLLM stops: on the tokenizer's eos and on every eos of the model's generation config."""
-    eos = model.generation_config.eos_token_id
-    ids = [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id]
-    return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
@@ -252,7 +241,7 @@ def rollout(step: int, config: RunConfig, engine, prompts: Prompts, pool, env: D
         temperature=config.rollout.temperature,
         top_p=config.rollout.top_p,
         max_tokens=config.rollout.max_response_length,
-        seed=sampling_seed(t.seed, step, env.rank),
+        seed=derived_seed(t.seed, step, env.rank),
     )
     completions = engine.generate(step_prompts, params)
     timer["generate"] = time.perf_counter()
@@ -358,8 +347,8 @@ def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn |
     heldout = None
     if config.data.heldout_files:
         heldout = load_prompts(config.data.heldout_files, models.tokenizer, config.data.max_prompt_length)
-    engine = HFEngine(models.policy, models.tokenizer, model_stop_ids(models.policy, models.tokenizer),
-                      config.rollout.prompt_batch_size)  # fmt: skip
+    stops = stop_token_ids(models.policy.generation_config, models.tokenizer)
+    engine = HFEngine(models.policy, models.tokenizer, stops, config.rollout.prompt_batch_size)
     metrics_path = out / "metrics.jsonl"
 
     def emit(record: dict) -> None:

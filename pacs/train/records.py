@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from pacs.config import dump_yaml, load_yaml, to_dict
+from pacs.config import pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
 from pacs.io import atomic_write_text
 from pacs.train.batch import Batch
@@ -57,27 +57,9 @@ def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens
     return {"eval/accuracy": correct / total, "eval/problems": int(total)}
 
 
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in data.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def check_run_dir(out: Path, config: RunConfig) -> None:
     """A run directory belongs to one config: resuming under a changed one is an error naming the keys."""
-    path, new = out / "config.yaml", to_dict(config)
-    if path.exists():
-        old = load_yaml(path.read_text(encoding="utf-8"))
-        old, flat = _flat(old if isinstance(old, dict) else {}), _flat(new)
-        differing = sorted(k for k in old.keys() | flat.keys() if old.get(k) != flat.get(k))
-        if differing:
-            raise ValueError(
-                f"{out} holds a run with a different config ({path}); differing keys: {', '.join(differing)}; "
-                "use a new --out, or delete the old run"
-            )
-    else:
-        atomic_write_text(path, dump_yaml(new))
+    pin_config(out / "config.yaml", to_dict(config), "a run")
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:

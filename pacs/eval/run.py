@@ -1,0 +1,184 @@
+"""`pacs evaluate`: N samples per problem from one model on one prepared benchmark, scored and saved.
+
+The output directory:
+- ``config.yaml``: model, data, engine and the resolved ``EvalConfig``; a resumed evaluation must match it.
+- ``responses/part_NNNNN.parquet``: every sample of chunk NNNNN's problems with its extracted answer,
+  score and verifier status, written whole or not at all. ``pd.read_parquet(out / "responses")`` reads
+  them all.
+- ``metrics.json``: pass@k and the rest (``pacs.eval.metrics``), recomputed from responses/ on every run.
+
+Chunks are generated in order and each is written as soon as it is scored: a killed evaluation, run
+again, generates only the missing chunks; a finished one only recomputes its metrics.
+"""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from pacs.config import pin_config, to_dict
+from pacs.data.schema import prompt_token_ids, read_prepared
+from pacs.eval.config import RESUMABLE_KEYS, EvalConfig
+from pacs.eval.greedy import score_completions
+from pacs.eval.metrics import eval_metrics
+from pacs.io import atomic_write_json, atomic_write_parquet, parquet_metadata
+from pacs.rollout import RolloutEngine, SamplingParams
+from pacs.rollout.base import derived_seed, stop_token_ids
+from pacs.rollout.vllm import vllm_available
+from pacs.verify import VerifierPool
+
+PART = "part_{:05d}.parquet"
+
+
+def resolve_engine(name: str) -> str:
+    return ("vllm" if vllm_available() else "hf") if name == "auto" else name
+
+
+def response_frame(problems: pd.DataFrame, completions, verdicts) -> pd.DataFrame:
+    """One row per sample; ``problem`` is the problem's ``index`` in the prepared file."""
+    n = len(completions[0]) if completions else 0
+    flat = [c for group in completions for c in group]
+    return pd.DataFrame(
+        {
+            "problem": problems["index"].repeat(n).to_numpy(),
+            "id": problems["id"].astype(str).repeat(n).to_numpy(),
+            "sample": [j for _ in completions for j in range(n)],
+            "response": [c.text for c in flat],
+            "response_tokens": [len(c.token_ids) for c in flat],
+            "finish_reason": [c.finish_reason for c in flat],
+            "extracted": [v.extracted for v in verdicts],
+            "status": [v.status for v in verdicts],
+            "score": [v.score for v in verdicts],
+        }
+    )
+
+
+def checkpoint_dtype(model: str, dtype: str) -> str:
+    """``dtype``, or for "auto" the checkpoint's own: vLLM's "auto" would run a float32 checkpoint in
+    16-bit, and the two engines would no longer compute the same thing."""
+    if dtype != "auto":
+        return dtype
+    from transformers import AutoConfig
+
+    stored = getattr(AutoConfig.from_pretrained(model), "dtype", None)
+    return str(stored).removeprefix("torch.") if stored is not None else "float32"
+
+
+def build_engine(kind: str, model: str, tokenizer, config: EvalConfig, longest_prompt: int) -> RolloutEngine:
+    from transformers import GenerationConfig
+
+    try:
+        generation_config = GenerationConfig.from_pretrained(model)
+    except OSError:  # a model without generation_config.json stops on the tokenizer's eos alone
+        generation_config = None
+    stops = stop_token_ids(generation_config, tokenizer)
+    dtype = checkpoint_dtype(model, config.dtype)
+    if kind == "vllm":
+        from dataclasses import replace
+
+        from pacs.rollout.vllm import VLLMEngine
+
+        options = config.vllm
+        if options.max_model_len is None:
+            options = replace(options, max_model_len=longest_prompt + config.max_tokens)
+        return VLLMEngine(model, stops, config.seed, dtype, options)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pacs.rollout.hf import HFEngine
+
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype))
+    policy.to("cuda" if torch.cuda.is_available() else "cpu")
+    return HFEngine(policy, tokenizer, stops, config.prompt_batch_size)
+
+
+def load_tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{model}: the tokenizer has no chat template, and prompts are chat messages")
+    return tokenizer
+
+
+def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print) -> dict:
+    """Generate what ``out`` is missing, then write and return ``metrics.json``'s content."""
+    out = Path(out)
+    problems = read_prepared(data)
+    if config.limit is not None:
+        problems = problems.head(config.limit)
+    if problems.empty:
+        raise ValueError(f"{data}: no problems to evaluate")
+    engine_kind = resolve_engine(config.engine)
+    model_id = str(Path(model).resolve()) if Path(model).exists() else str(model)
+    identity = {"model": model_id, "data": str(Path(data).resolve()), "engine": engine_kind, "eval": to_dict(config)}
+    out.mkdir(parents=True, exist_ok=True)
+    pin_config(out / "config.yaml", identity, "an evaluation", ignore=RESUMABLE_KEYS)
+
+    size = config.chunk_problems
+    chunks = [problems.iloc[i : i + size] for i in range(0, len(problems), size)]
+    todo = [c for c in range(len(chunks)) if not (out / "responses" / PART.format(c)).exists()]
+    log(f"{len(chunks)} chunks of up to {size} problems × {config.n} samples; {len(chunks) - len(todo)} done")
+    run_info = {"parts_generated": len(todo), "parts_reused": len(chunks) - len(todo), "engine_start_s": 0.0}
+    if todo:
+        run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, log)
+    responses, infos = read_responses(out, [len(c) for c in chunks], config.n)
+    metrics = {
+        "model": model_id,
+        "data": str(data),
+        "data_source": str(problems["data_source"].iloc[0]),
+        "engine": engine_kind,
+        **eval_metrics(responses, config.confidence, config.bootstrap_resamples),
+        "throughput": {**throughput(infos, len(responses)), **run_info},
+        "config": to_dict(config),
+    }
+    atomic_write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], out: Path, config: EvalConfig,
+                     engine_kind: str, log: Callable[[str], None]) -> float:  # fmt: skip
+    """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds."""
+    tokenizer = load_tokenizer(model)
+    prompts = [prompt_token_ids(tokenizer, chunk["prompt"]) for chunk in chunks]
+    start = time.perf_counter()
+    engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
+    engine_start_s = time.perf_counter() - start
+    with VerifierPool(config.verifier, workers=config.verifier_workers) as pool:
+        for c in todo:
+            params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
+                                    seed=derived_seed(config.seed, c))  # fmt: skip
+            start = time.perf_counter()
+            completions = engine.generate(prompts[c], params)
+            seconds = time.perf_counter() - start
+            verdicts = score_completions([str(g) for g in chunks[c]["ground_truth"]], completions, pool.score)
+            frame = response_frame(chunks[c], completions, verdicts)
+            info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
+            atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
+            log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
+    return engine_start_s
+
+
+def read_responses(out: Path, chunk_sizes: list[int], n: int) -> tuple[pd.DataFrame, list[dict]]:
+    """All parts, each checked for its expected number of rows; with each part's stored metadata."""
+    frames, infos = [], []
+    for c, size in enumerate(chunk_sizes):
+        path = Path(out) / "responses" / PART.format(c)
+        frame = pd.read_parquet(path)
+        if len(frame) != size * n:
+            raise ValueError(f"{path}: {len(frame)} responses, expected {size} problems × {n}")
+        frames.append(frame)
+        infos.append(parquet_metadata(path))
+    return pd.concat(frames, ignore_index=True), infos
+
+
+def throughput(infos: list[dict], samples: int) -> dict:
+    """Generation speed over every part, whichever run generated it (scoring and engine start excluded)."""
+    seconds = sum(i["generate_s"] for i in infos)
+    tokens = sum(i["tokens"] for i in infos)
+    return {
+        "generate_s": seconds,
+        "samples_per_s": samples / seconds if seconds else None,
+        "tokens_per_s": tokens / seconds if seconds else None,
+    }
