@@ -47,6 +47,21 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_eval(args: argparse.Namespace) -> int:
+    from pacs.bench.eval import run_eval_bench
+
+    report = run_eval_bench(args.model, args.data, args.engines, eval_config_from(args))
+    atomic_write_json(args.out, report)
+    print(f"{'engine':8s} {'samples':>8s} {'samples/s':>10s} {'tokens/s':>9s} {'start s':>8s} {'tokens/sample':>14s}")
+    for name, r in report["results"].items():
+        print(
+            f"{name:8s} {r['samples']:8d} {r['samples_per_s']:10.1f} {r['tokens_per_s']:9.0f} "
+            f"{r['engine_start_s']:8.1f} {r['mean_response_tokens']:14.1f}"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_check_golds(args: argparse.Namespace) -> int:
     from pacs.data.sources import load_gold_rows
     from pacs.verify import VerifierPool
@@ -178,6 +193,8 @@ def eval_config_from(args: argparse.Namespace):
     values = {**values, **{k: getattr(args, k) for k in EVAL_FLAGS if getattr(args, k) is not None}}
     if args.workers is not None:
         values["verifier_workers"] = args.workers
+    if args.engine is not None and "engines" in args:
+        raise ValueError("bench eval: choose engines with --engines, not --engine")
     if args.greedy:
         values.update(GREEDY)
     return from_dict(EvalConfig, values, str(args.config or "eval"))
@@ -211,6 +228,21 @@ def _toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heldout-size", type=int, default=200, help="toy task: held-out problems")
 
 
+def _eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML of evaluation keys (config/README.md); flags override it")
+    parser.add_argument("--n", type=int, help="samples per problem (default 32)")
+    parser.add_argument("--temperature", type=float, help="default 0.6")
+    parser.add_argument("--top-p", type=float, help="default 0.95")
+    parser.add_argument("--max-tokens", type=int, help="new tokens per sample (default 4096)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--limit", type=int, help="only the first LIMIT problems")
+    parser.add_argument("--chunk-problems", type=int, help="problems per written chunk (default 64)")
+    parser.add_argument("--engine", choices=["auto", "vllm", "hf"], help="default auto: vllm when importable")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--workers", type=int, help="verifier processes (default 2)")
+    parser.add_argument("--greedy", action="store_true", help="quick mode: one greedy sample per problem")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pacs.data.sources import BENCHMARKS, HUB_SOURCES
 
@@ -237,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--threads", type=int, default=2)
     bt.add_argument("--out", type=Path, default=Path("results/bench/train.json"))
     bt.set_defaults(func=cmd_bench_train)
+
+    be = what.add_parser("eval", help="evaluation samples/s and tokens/s of each engine")
+    be.add_argument("--model", default="results/tiny/model")
+    be.add_argument("--data", type=Path, default=Path("results/tiny/data/heldout.parquet"))
+    be.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"])
+    _eval_arguments(be)
+    be.set_defaults(config=Path("config/eval_tiny.yaml"))
+    be.add_argument("--out", type=Path, default=Path("results/bench/eval.json"))
+    be.set_defaults(func=cmd_bench_eval)
 
     cg = verbs.add_parser(
         "check-golds",
@@ -283,18 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--out", type=Path, required=True, help="directory: config, responses/, metrics.json; rerun resumes"
     )
-    ev.add_argument("--config", type=Path, help="YAML of evaluation keys (config/README.md); flags override it")
-    ev.add_argument("--n", type=int, help="samples per problem (default 32)")
-    ev.add_argument("--temperature", type=float, help="default 0.6")
-    ev.add_argument("--top-p", type=float, help="default 0.95")
-    ev.add_argument("--max-tokens", type=int, help="new tokens per sample (default 4096)")
-    ev.add_argument("--seed", type=int)
-    ev.add_argument("--limit", type=int, help="only the first LIMIT problems")
-    ev.add_argument("--chunk-problems", type=int, help="problems per written chunk (default 64)")
-    ev.add_argument("--engine", choices=["auto", "vllm", "hf"], help="default auto: vllm when importable")
-    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
-    ev.add_argument("--workers", type=int, help="verifier processes (default 2)")
-    ev.add_argument("--greedy", action="store_true", help="quick mode: one greedy sample per problem")
+    _eval_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; under torchrun for DDP")
