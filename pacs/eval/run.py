@@ -13,6 +13,7 @@ again, generates only the missing chunks; a finished one only recomputes its met
 
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -145,7 +146,7 @@ def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], ou
     start = time.perf_counter()
     engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
     engine_start_s = time.perf_counter() - start
-    with VerifierPool(config.verifier, workers=config.verifier_workers) as pool:
+    with VerifierPool(config.verifier, workers=config.verifier_workers) as pool, closing(engine):
         for c in todo:
             params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
                                     seed=derived_seed(config.seed, c))  # fmt: skip

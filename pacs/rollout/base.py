@@ -37,6 +37,10 @@ class RolloutEngine(Protocol):
         """For each prompt (token ids, chat template applied), ``params.n`` completions."""
         ...
 
+    def close(self) -> None:
+        """Release what the engine holds (processes, device memory)."""
+        ...
+
 
 def stop_token_ids(generation_config, tokenizer) -> list[int]:
     """As vLLM stops: on the tokenizer's eos and on every eos of the model's generation config."""

@@ -63,3 +63,6 @@ class HFEngine:
                     out.append([self._complete(new[i * params.n + j]) for j in range(params.n)])
         self.model.train(was_training)
         return out
+
+    def close(self) -> None:
+        """Nothing to release: the model belongs to the caller."""

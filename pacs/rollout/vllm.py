@@ -80,3 +80,7 @@ class VLLMEngine:
             sampling = self._sampling_params(params, None)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sampling, use_tqdm=False)
         return [[completion(c) for c in o.outputs] for o in outputs]
+
+    def close(self) -> None:
+        """Stop the engine-core process now rather than at interpreter exit (where vLLM reports it lost)."""
+        self.llm.llm_engine.engine_core.shutdown()
