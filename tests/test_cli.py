@@ -26,9 +26,9 @@ def test_check_golds_writes_a_row_per_gold_and_fails_on_a_bad_one(tmp_path, caps
     data = tmp_path / "data"
     data.mkdir()
     rows = [
-        {"problem": "p1", "answer": 27.0},
-        {"problem": "p2", "answer": "\\frac{1}{2}"},
-        {"problem": "p3", "answer": "}{"},
+        {"id": 0, "problem": "p1", "answer": 27.0},
+        {"id": 1, "problem": "p2", "answer": "\\frac{1}{2}"},
+        {"id": 2, "problem": "p3", "answer": "}{"},
     ]
     (data / "amc23.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "golds.csv"
