@@ -101,16 +101,11 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
 TOY_SPLITS = {"toy_train": "train", "toy_heldout": "heldout"}
 
 
-def _toy_report(args: argparse.Namespace, split: str, report: dict) -> dict:
-    toy = {"kind": "toy", "split": split, "seed": args.seed, "train_size": args.train_size}
-    return {**report, "source": {**toy, "heldout_size": args.heldout_size}}
-
-
 def cmd_prepare_data(args: argparse.Namespace) -> int:
     from pacs.config import read_yaml
-    from pacs.data.prepare import PrepareOptions, prepare_rows, prepare_source, summary
+    from pacs.data.prepare import PrepareOptions, prepare_source, summary
     from pacs.data.sources import HUB_SOURCES, default_source, with_overrides
-    from pacs.data.toy import DATA_SOURCE, toy_rows
+    from pacs.data.toy import toy_addition
 
     options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat)
     tokenizer = None
@@ -119,10 +114,8 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     if args.dataset in TOY_SPLITS:
-        split = TOY_SPLITS[args.dataset]
-        rows = toy_rows(args.seed, args.train_size, args.heldout_size)[split]
-        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer)
-        report = _toy_report(args, split, report)
+        splits = toy_addition(args.seed, args.train_size, args.heldout_size, options, tokenizer)
+        frame, report = splits[TOY_SPLITS[args.dataset]]
     else:
         overrides = read_yaml(args.spec) if args.spec else {}
         if args.dataset not in HUB_SOURCES and not overrides:
@@ -138,12 +131,10 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
 
 def cmd_toy_data(args: argparse.Namespace) -> int:
-    from pacs.data.prepare import PrepareOptions, prepare_rows
-    from pacs.data.toy import DATA_SOURCE, toy_rows
+    from pacs.data.toy import toy_addition
 
-    for split, rows in toy_rows(args.seed, args.train_size, args.heldout_size).items():
-        frame, report = prepare_rows(DATA_SOURCE, rows, PrepareOptions())
-        atomic_write_parquet(args.out / f"{split}.parquet", frame, _toy_report(args, split, report))
+    for split, (frame, report) in toy_addition(args.seed, args.train_size, args.heldout_size).items():
+        atomic_write_parquet(args.out / f"{split}.parquet", frame, report)
         print(f"wrote {args.out / f'{split}.parquet'} ({len(frame)} rows)")
     return 0
 

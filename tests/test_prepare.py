@@ -161,5 +161,5 @@ def test_toy_task_through_prepare_data_equals_toy_data(toy_data, tmp_path):
         out = tmp_path / f"{split}.parquet"
         assert prepare("--dataset", f"toy_{split}", "--out", out) == 0
         pd.testing.assert_frame_equal(read_prepared(out), read_prepared(toy_data / f"{split}.parquet"))
-        assert prepared_info(out)["source"] == {"kind": "toy", "split": split, "seed": 0, "train_size": 4000,
-                                                 "heldout_size": 200}  # fmt: skip
+        assert prepared_info(out)["source"] == {"kind": "toy", "seed": 0, "train_size": 4000, "heldout_size": 200,
+                                                 "split": split}  # fmt: skip

@@ -10,9 +10,9 @@ from pacs.models.tiny import train_tokenizer
 
 
 def test_toy_task_is_deterministic_disjoint_and_in_the_schema(toy_data):
-    a, b = toy_addition(7, 300, 50), toy_addition(7, 300, 50)
+    a, b = ({s: f for s, (f, _) in toy_addition(7, 300, 50).items()} for _ in range(2))
     pd.testing.assert_frame_equal(a["train"], b["train"])
-    assert not toy_addition(8, 300, 50)["train"]["id"].equals(a["train"]["id"])
+    assert not toy_addition(8, 300, 50)["train"][0]["id"].equals(a["train"]["id"])
     assert not set(a["train"]["id"]) & set(a["heldout"]["id"])
     frame = read_prepared(toy_data / "train.parquet")
     assert tuple(frame.columns) == COLUMNS and len(frame) == 4000

@@ -40,9 +40,13 @@ def toy_rows(seed: int, train_size: int, heldout_size: int, low: int = 10, high:
     }
 
 
-def toy_addition(seed: int, train_size: int, heldout_size: int) -> dict[str, pd.DataFrame]:
-    """The two splits as prepared frames."""
-    return {
-        split: prepare_rows(DATA_SOURCE, rows, PrepareOptions())[0]
-        for split, rows in toy_rows(seed, train_size, heldout_size).items()
-    }
+def toy_addition(
+    seed: int, train_size: int, heldout_size: int, options: PrepareOptions = PrepareOptions(), tokenizer=None
+) -> dict[str, tuple[pd.DataFrame, dict]]:
+    """``{split: (frame, report)}``: both splits prepared, each report recording the generator's settings."""
+    generator = {"kind": "toy", "seed": seed, "train_size": train_size, "heldout_size": heldout_size}
+    out = {}
+    for split, rows in toy_rows(seed, train_size, heldout_size).items():
+        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer)
+        out[split] = frame, {**report, "source": {**generator, "split": split}}
+    return out
