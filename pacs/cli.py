@@ -151,7 +151,10 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     config = TinyModelConfig(seed=args.seed, target_accuracy=args.target_accuracy)
-    train, heldout = read_prepared(args.data / "train.parquet"), read_prepared(args.data / "heldout.parquet")
+    if args.data is None and (args.train is None or args.heldout is None):
+        raise ValueError("tiny-model: give --data DIR, or both --train and --heldout")
+    train = read_prepared(args.train or args.data / "train.parquet")
+    heldout = read_prepared(args.heldout or args.data / "heldout.parquet")
     with VerifierPool(VerifyConfig(), workers=1) as pool:
         model, tokenizer, history = build_tiny_model(train, heldout, pool.score, config)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +197,7 @@ def eval_config_from(args: argparse.Namespace):
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pacs.eval.run import evaluate
 
-    metrics = evaluate(args.model, args.data, args.out, eval_config_from(args))
+    metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
     passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())
     speed = metrics["throughput"]
     rate = (
@@ -207,10 +210,56 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report_collect(args: argparse.Namespace) -> int:
+    from pacs.report.collect import collect_pass_at_k, read_manifest
+
+    table = collect_pass_at_k(read_manifest(args.manifest))
+    atomic_write_csv(args.out, table)
+    print(f"wrote {args.out}: {len(table)} rows")
+    return 0
+
+
+def cmd_report_tables(args: argparse.Namespace) -> int:
+    from pacs.io import atomic_write_text
+    from pacs.report.collect import comparison, read_manifest, read_published
+    from pacs.report.summary import comparison_markdown
+    from pacs.report.tables import write_tables
+
+    manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
+    written = write_tables(table, manifest, args.out)
+    comp = comparison(table, manifest, read_published(args.published))
+    atomic_write_csv(args.out / "comparison.csv", comp)
+    atomic_write_text(args.out / "comparison.md", comparison_markdown(comp))
+    print(f"wrote {len(written)} tables and comparison.csv ({len(comp)} cells with a published value) to {args.out}")
+    return 0
+
+
+def cmd_report_figures(args: argparse.Namespace) -> int:
+    from pacs.report.collect import read_manifest
+    from pacs.report.figures import passk_curves, training_curves
+
+    manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
+    written = passk_curves(table, manifest, args.out) + training_curves(manifest, args.out)
+    print(f"wrote {len(written)} figure files to {args.out}")
+    return 0
+
+
+def cmd_report_summary(args: argparse.Namespace) -> int:
+    from pacs.io import atomic_write_text
+    from pacs.report.collect import read_manifest
+    from pacs.report.summary import write_report
+
+    manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
+    comp = pd.read_csv(args.tables / "comparison.csv")
+    atomic_write_text(args.out, write_report(manifest, table, comp, args.tables, args.figures, args.out))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from pacs.train.__main__ import run
 
-    return run(args.config, args.out)
+    return run(args.config, args.out, args.restart_on_change)
 
 
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -302,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     td.set_defaults(func=cmd_toy_data)
 
     tm = verbs.add_parser("tiny-model", help="a tiny Qwen2 with an offline tokenizer, warm-started on the toy task")
-    tm.add_argument("--data", type=Path, required=True, help="directory written by `pacs toy-data`")
+    tm.add_argument("--data", type=Path, help="directory written by `pacs toy-data` (train.parquet, heldout.parquet)")
+    tm.add_argument("--train", type=Path, help="prepared toy training file, instead of --data")
+    tm.add_argument("--heldout", type=Path, help="prepared toy held-out file, instead of --data")
     tm.add_argument("--out", type=Path, required=True, help="HF model directory to write")
     tm.add_argument("--seed", type=int, default=0)
     tm.add_argument("--target-accuracy", type=float, default=0.3, help="warm start stops at this held-out accuracy")
@@ -316,11 +367,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, required=True, help="directory: config, responses/, metrics.json; rerun resumes"
     )
     _eval_arguments(ev)
+    ev.add_argument("--restart-on-change", action="store_true", help="OUT under another config: empty it, not refuse")
     ev.set_defaults(func=cmd_evaluate)
+
+    rp = verbs.add_parser("report", help="tables, figures and REPORT.md from the workflow's result files")
+    parts = rp.add_subparsers(dest="what", required=True)
+    rc = parts.add_parser("collect", help="every listed metrics.json → one pass@k CSV (percent)")
+    rc.add_argument("--manifest", type=Path, required=True, help="report manifest written by the workflow")
+    rc.add_argument("--out", type=Path, required=True)
+    rc.set_defaults(func=cmd_report_collect)
+    for name, func, helptext in (("tables", cmd_report_tables, "the paper's tables and the published comparison"),
+                                 ("figures", cmd_report_figures, "pass@k curves and training curves")):  # fmt: skip
+        sub = parts.add_parser(name, help=helptext)
+        sub.add_argument("--manifest", type=Path, required=True)
+        sub.add_argument("--pass-at-k", type=Path, required=True, help="from `pacs report collect`")
+        sub.add_argument("--out", type=Path, required=True, help="directory")
+        sub.set_defaults(func=func)
+        if name == "tables":
+            from pacs.report.collect import PUBLISHED
+
+            sub.add_argument("--published", type=Path, default=PUBLISHED, help="published pass@k CSV (percent)")
+    rs = parts.add_parser("summary", help="REPORT.md linking tables, comparison and figures")
+    rs.add_argument("--manifest", type=Path, required=True)
+    rs.add_argument("--pass-at-k", type=Path, required=True)
+    rs.add_argument("--tables", type=Path, required=True)
+    rs.add_argument("--figures", type=Path, required=True)
+    rs.add_argument("--out", type=Path, required=True)
+    rs.set_defaults(func=cmd_report_summary)
 
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; under torchrun for DDP")
     tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")
     tr.add_argument("--out", type=Path, required=True, help="run directory: config, metrics, checkpoints")
+    tr.add_argument("--restart-on-change", action="store_true", help="DIR under another config: delete it, not refuse")
     tr.set_defaults(func=cmd_train)
     return parser
 

@@ -133,6 +133,16 @@ def flat_keys(data: dict, prefix: str = "") -> dict:
     return out
 
 
+def config_changes(path: Path, data: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The keys in which ``data`` differs from the config stored at ``path`` ([] if none is stored)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    old = load_yaml(path.read_text(encoding="utf-8"))
+    old, new = flat_keys(old if isinstance(old, dict) else {}), flat_keys(data)
+    return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith(tuple(ignore)))
+
+
 def pin_config(path: Path, data: dict, what: str, ignore: tuple[str, ...] = ()) -> None:
     """Write ``data`` to ``path``, or, if a config is already there, check it is the same one.
 
@@ -142,16 +152,11 @@ def pin_config(path: Path, data: dict, what: str, ignore: tuple[str, ...] = ()) 
     from pacs.io import atomic_write_text
 
     path = Path(path)
-    if not path.exists():
-        atomic_write_text(path, dump_yaml(data))
-        return
-    old = load_yaml(path.read_text(encoding="utf-8"))
-    old, new = flat_keys(old if isinstance(old, dict) else {}), flat_keys(data)
-    differing = sorted(
-        k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not k.startswith(tuple(ignore))
-    )
+    differing = config_changes(path, data, ignore)
     if differing:
         raise ValueError(
             f"{path.parent} holds {what} with a different config ({path}); differing keys: {', '.join(differing)}; "
-            "use a new --out, or delete the old outputs"
+            "use a new --out, delete the old outputs, or pass --restart-on-change"
         )
+    if not path.exists():
+        atomic_write_text(path, dump_yaml(data))

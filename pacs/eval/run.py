@@ -11,6 +11,7 @@ Chunks are generated in order and each is written as soon as it is scored: a kil
 again, generates only the missing chunks; a finished one only recomputes its metrics.
 """
 
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pacs.config import pin_config, to_dict
+from pacs.config import config_changes, pin_config, to_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.eval.config import RESUMABLE_KEYS, EvalConfig
 from pacs.eval.greedy import score_completions
@@ -103,8 +104,11 @@ def load_tokenizer(model: str):
     return tokenizer
 
 
-def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print) -> dict:
-    """Generate what ``out`` is missing, then write and return ``metrics.json``'s content."""
+def evaluate(
+    model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print, restart: bool = False
+) -> dict:
+    """Generate what ``out`` is missing, then write and return ``metrics.json``'s content. With ``restart``,
+    an ``out`` holding an evaluation under another config is emptied first instead of refused."""
     out = Path(out)
     problems = read_prepared(data)
     if config.limit is not None:
@@ -115,6 +119,10 @@ def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callabl
     model_id = str(Path(model).resolve()) if Path(model).exists() else str(model)
     identity = {"model": model_id, "data": str(Path(data).resolve()), "engine": engine_kind, "eval": to_dict(config)}
     out.mkdir(parents=True, exist_ok=True)
+    if restart and config_changes(out / "config.yaml", identity, RESUMABLE_KEYS):
+        shutil.rmtree(out / "responses", ignore_errors=True)
+        for name in ("metrics.json", "config.yaml"):
+            (out / name).unlink(missing_ok=True)
     pin_config(out / "config.yaml", identity, "an evaluation", ignore=RESUMABLE_KEYS)
 
     size = config.chunk_problems

@@ -26,7 +26,7 @@ def _wandb_logger(config, out: Path):
     return run, lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
 
-def run(config_path: Path, out: Path) -> int:
+def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
     """Reads torchrun's RANK/WORLD_SIZE; rank 0 alone logs to wandb and writes metrics."""
     import torch
 
@@ -39,7 +39,7 @@ def run(config_path: Path, out: Path) -> int:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)
     try:
-        summary = train(config, out, env, log)
+        summary = train(config, out, env, log, restart_on_change)
     finally:
         if wandb_run is not None:
             wandb_run.finish()

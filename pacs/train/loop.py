@@ -323,7 +323,9 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     return record
 
 
-def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None) -> dict:
+def train(
+    config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None, restart_on_change: bool = False
+) -> dict:
     """Run, resume, or find finished the training run in ``out``; returns a short summary.
 
     Every step's record goes to ``out/metrics.jsonl`` and to ``log`` (rank 0 only).
@@ -334,7 +336,7 @@ def train(config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn |
     check_sizes(config, env)
     if env.main:
         out.mkdir(parents=True, exist_ok=True)
-        check_run_dir(out, config)
+        check_run_dir(out, config, restart_on_change)
         ckpt.remove_partial(root)
     barrier(env)
     latest = ckpt.latest_checkpoint(root)

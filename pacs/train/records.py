@@ -1,11 +1,12 @@
 """What a run records: per-step statistics over all ranks, held-out accuracy, and its directory's config."""
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
 
-from pacs.config import pin_config, to_dict
+from pacs.config import config_changes, pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
 from pacs.io import atomic_write_text
 from pacs.train.batch import Batch
@@ -57,8 +58,12 @@ def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens
     return {"eval/accuracy": correct / total, "eval/problems": int(total)}
 
 
-def check_run_dir(out: Path, config: RunConfig) -> None:
-    """A run directory belongs to one config: resuming under a changed one is an error naming the keys."""
+def check_run_dir(out: Path, config: RunConfig, restart_on_change: bool = False) -> None:
+    """A run directory belongs to one config: resuming under a changed one is an error naming the keys,
+    or with ``restart_on_change`` (what a workflow rerun wants) the old run is deleted first."""
+    if restart_on_change and config_changes(out / "config.yaml", to_dict(config)):
+        for child in out.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
     pin_config(out / "config.yaml", to_dict(config), "a run")
 
 

@@ -1,0 +1,69 @@
+"""Every evaluation's pass@k in one long table, from the metrics.json files a manifest lists.
+
+The manifest (written by the workflow, `workflow/rules/common.smk`) names each evaluation's model,
+method, checkpoint step and benchmark, with the labels and the published counterparts to use.
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+PUBLISHED = Path(__file__).with_name("published_pass_at_k.csv")  # the paper's Tables 1 and 2, in percent
+COLUMNS = ["model", "method", "step", "benchmark", "k", "pass_at_k", "ci_low", "ci_high", "n", "problems",
+           "verifier_failures"]  # fmt: skip
+
+
+def read_manifest(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"report manifest {path} does not exist")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("models", "methods", "benchmarks", "evaluations", "runs"):
+        if key not in manifest:
+            raise ValueError(f"{path}: no {key!r} in the report manifest")
+    return manifest
+
+
+def collect_pass_at_k(manifest: dict) -> pd.DataFrame:
+    """One row per (evaluation, k); pass@k and its interval in percent, as the paper reports them."""
+    rows = []
+    for e in manifest["evaluations"]:
+        path = Path(e["metrics"])
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: evaluation of {e['model']}/{e['method']} on {e['benchmark']} missing")
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+        for k, v in metrics["pass_at_k"].items():
+            rows.append([e["model"], e["method"], e["step"], e["benchmark"], int(k), 100 * v["mean"],
+                         100 * v["ci_low"], 100 * v["ci_high"], metrics["samples_per_problem"],
+                         metrics["problems"], metrics["verifier_failures"]])  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_published(path: Path = PUBLISHED) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    expected = {"model", "method", "benchmark", "k", "pass_at_k"}
+    if not expected <= set(frame.columns):
+        raise ValueError(f"{path}: expected columns {sorted(expected)}, got {list(frame.columns)}")
+    return frame
+
+
+def final_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Each (model, method, benchmark) at its last evaluated step: what the paper's tables report."""
+    last = table.groupby(["model", "method", "benchmark"])["step"].transform("max")
+    return table[table["step"] == last]
+
+
+def comparison(table: pd.DataFrame, manifest: dict, published: pd.DataFrame) -> pd.DataFrame:
+    """Reproduced next to published pass@k (percent) wherever the paper has the same cell; delta = ours − paper."""
+    ours = final_rows(table).copy()
+    ours["paper_model"] = ours["model"].map(lambda m: manifest["models"][m].get("published_as"))
+    ours["paper_method"] = ours["method"].map(lambda m: manifest["methods"][m].get("published_as"))
+    ours["paper_benchmark"] = ours["benchmark"].map(lambda b: manifest["benchmarks"][b].get("published_as"))
+    paper = published.rename(columns={"model": "paper_model", "method": "paper_method",
+                                      "benchmark": "paper_benchmark", "pass_at_k": "published"})  # fmt: skip
+    merged = ours.merge(paper, on=["paper_model", "paper_method", "paper_benchmark", "k"], how="inner")
+    merged["delta"] = merged["pass_at_k"] - merged["published"]
+    columns = ["model", "method", "benchmark", "k", "pass_at_k", "ci_low", "ci_high", "published", "delta",
+               "paper_model", "paper_method", "paper_benchmark"]  # fmt: skip
+    return merged[columns].sort_values(["model", "benchmark", "method", "k"]).reset_index(drop=True)

@@ -1,0 +1,53 @@
+"""results/<name>/REPORT.md: the tables, the comparison with the paper and the figures, for a person to read."""
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from pacs.report.collect import final_rows
+
+
+def _rel(path: Path, start: Path) -> str:
+    return os.path.relpath(path, start)
+
+
+def comparison_markdown(comp: pd.DataFrame) -> str:
+    if comp.empty:
+        return "No cell of this experiment has a published counterpart.\n"
+    lines = ["| model | method | benchmark | k | ours (95% CI) | paper | Δ |", "|---|---|---|---|---|---|---|"]
+    for r in comp.itertuples(index=False):
+        lines.append(f"| {r.model} → {r.paper_model} | {r.method} → {r.paper_method} | {r.benchmark} → "
+                     f"{r.paper_benchmark} | {r.k} | {r.pass_at_k:.2f} ({r.ci_low:.2f}–{r.ci_high:.2f}) | "
+                     f"{r.published:.2f} | {r.delta:+.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_report(manifest: dict, table: pd.DataFrame, comp: pd.DataFrame, tables: Path, figures: Path,
+                 out: Path) -> str:  # fmt: skip
+    base = Path(out).parent
+    final = final_rows(table)
+    parts = [f"# Report: {manifest['name']}", "", manifest.get("description", ""), ""]
+    parts += ["## Evaluations", "",
+              f"{len(final.groupby(['model', 'method', 'benchmark']))} evaluations (model × method × benchmark, "
+              f"last checkpoint); samples per problem: "
+              f"{', '.join(f'{b} {n}' for b, n in final.groupby('benchmark')['n'].max().items())}. "
+              f"Verifier failures (timeouts, unparseable golds, errors; scored 0, counted): "
+              f"{int(final.drop_duplicates(['model', 'method', 'benchmark'])['verifier_failures'].sum())}.",
+              ""]  # fmt: skip
+    parts += ["## Tables (pass@k, %)", ""]
+    for model in manifest["models"]:
+        md = Path(tables) / f"{model}.md"
+        if md.is_file():
+            parts += [md.read_text(encoding="utf-8"), f"Also: [{model}.csv]({_rel(tables / f'{model}.csv', base)}), "
+                      f"[LaTeX]({_rel(tables / f'{model}.tex', base)}), "
+                      f"[every k]({_rel(tables / f'{model}_full.md', base)}).", ""]  # fmt: skip
+    parts += ["## Reproduced vs published", "",
+              "Published numbers: the paper's Tables 1 and 2 (`pacs/report/published_pass_at_k.csv`). The paper's "
+              "abstract calls 59.78 an AIME 2025 score; its Table 2 puts it under AIME 2024, as we do.", "",
+              comparison_markdown(comp),
+              f"As CSV: [comparison.csv]({_rel(tables / 'comparison.csv', base)}).", ""]  # fmt: skip
+    parts += ["## Figures", ""]
+    for png in sorted(Path(figures).glob("*.png")):
+        parts += [f"![{png.stem}]({_rel(png, base)})", ""]
+    return "\n".join(parts)

@@ -1,0 +1,155 @@
+"""The Snakemake workflow: lint, the paper's DAG, the tiny experiment end to end, what reruns when
+the config changes, and a failing job."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yaml")]
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """snakemake on the repository's Snakefile with ``workdir`` as its working directory (results/ there)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def overlay(path: Path, data: dict) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table of a dry run: {rule: jobs}."""
+    if "Nothing to be done" in output:
+        return {}
+    table = output.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_lint_is_clean():
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "Lints for" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_paper_dry_run(tmp_path):
+    done = snakemake(tmp_path, "-n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 5,  # deepscaler and four benchmarks
+        "train_policy": 10,  # 2 models × 5 methods
+        "evaluate_model": 48,  # 2 models × (base + 5 runs) × 4 benchmarks
+        "collect_pass_at_k": 1,
+        "make_tables": 1,
+        "make_figures": 1,
+        "write_report": 1,
+        "all": 1,
+    }
+    run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
+    assert run["algorithm"] == {"name": "pacs", "options": {**run["algorithm"]["options"], "beta": 2.0}}
+    assert (
+        run["trainer"]["batch_size"] == 1024
+        and run["optim"]["lr"] == 1e-6
+        and run["model"]["path"] == "Qwen/Qwen2.5-7B"
+    )
+    assert yaml.safe_load((tmp_path / "results/paper/configs/eval_aime2024.yaml").read_text())["n"] == 256
+
+
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ({"data": {"sourc": "hub"}}, "sourc"),  # the schema
+        ({"train": {"optim": {"lrr": 1.0}}}, "optim.lrr"),  # pacs's run-config loader, at parse time
+        ({"eval": {"settings": {"top_p": "high"}}}, "top_p"),
+    ],
+)
+def test_a_bad_config_key_is_an_error_naming_it(tmp_path, bad, named):
+    done = snakemake(tmp_path, "-n", "--configfile", *TINY, overlay(tmp_path / "bad.yaml", bad))
+    assert done.returncode != 0 and named in done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(shared_data, tmp_path_factory) -> Path:
+    """`snakemake --cores 2` on config/tiny.yaml + the real-benchmark overlay, read from local files."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)}})
+    done = snakemake(workdir, "--cores", "2", "--configfile", *TINY, local)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    return workdir
+
+
+def configfiles(workdir: Path, *extra: dict) -> list[str]:
+    files = [*TINY, str(workdir / "local.yaml")]
+    return files + [overlay(workdir / f"extra{i}.yaml", e) for i, e in enumerate(extra)]
+
+
+@pytest.mark.slow
+def test_tiny_experiment_end_to_end(tiny_run):
+    results = tiny_run / "results" / "tiny"
+    table = pd.read_csv(results / "report" / "pass_at_k.csv")
+    # the numbers come from this run's evaluations
+    for e in json.loads((results / "report" / "manifest.json").read_text())["evaluations"]:
+        metrics = json.loads((tiny_run / e["metrics"]).read_text())
+        rows = table[(table["model"] == e["model"]) & (table["method"] == e["method"]) & (table["step"] == e["step"])
+                     & (table["benchmark"] == e["benchmark"])]  # fmt: skip
+        assert dict(zip(rows["k"].astype(str), rows["pass_at_k"], strict=True)) == pytest.approx(
+            {k: 100 * v["mean"] for k, v in metrics["pass_at_k"].items()}
+        )
+    main = pd.read_csv(results / "tables" / "tiny.csv", index_col=0)
+    assert list(main.index) == ["Base", "PPO", "GRPO", "PACS", "PACS (β=2)", "PACS w/o weight"]
+    assert "Toy addition @8" in main.columns and "MATH-500 @1" in main.columns
+    final = table[(table["step"] == table.groupby(["model", "method"])["step"].transform("max"))]
+    pacs = final[(final["method"] == "pacs") & (final["benchmark"] == "toy_heldout") & (final["k"] == 8)]
+    assert main.loc["PACS", "Toy addition @8"] == pytest.approx(pacs["pass_at_k"].iloc[0], abs=0.005)
+    tex = (results / "tables" / "tiny.tex").read_text()
+    assert "\\toprule" in tex and "\\textbf{" in tex and "\\underline{" in tex
+    assert "**" in (results / "tables" / "tiny.md").read_text()
+    comparison = pd.read_csv(results / "tables" / "comparison.csv")
+    assert set(comparison["paper_benchmark"]) == {"MATH500", "AMC23", "AIME24", "AIME25"}
+    assert (comparison["delta"] == comparison["pass_at_k"] - comparison["published"]).all()
+    for stem in ("passk_tiny_toy_heldout", "passk_tiny_math500", "train_tiny_pacs", "train_tiny_ppo"):
+        for suffix in (".png", ".pdf"):
+            assert (results / "figures" / f"{stem}{suffix}").stat().st_size > 1000
+    report = (results / "REPORT.md").read_text()
+    assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
+    assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        # one run's hyperparameter: that training, its evaluations (2 checkpoints × 5 benchmarks), the reports
+        (
+            {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
+            {"train_policy": 1, "evaluate_model": 10},
+        ),  # fmt: skip
+        # the evaluation N of one benchmark: its evaluations (base + 5 runs × 2 checkpoints), the reports
+        ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 11}),
+    ],
+)
+def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, change, expected):
+    workdir = tmp_path / "copy"
+    shutil.copytree(tiny_run, workdir, symlinks=True)  # copy2 keeps mtimes: the copy is up to date
+    done = snakemake(workdir, "-n", "--configfile", *configfiles(workdir, change))
+    reports = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1, "all": 1}
+    assert job_counts(done.stdout + done.stderr) == {**expected, **reports}
+
+
+def test_a_failed_job_fails_the_workflow_and_names_its_log(tmp_path):
+    bad = overlay(tmp_path / "bad.yaml", {"data": {"source": "local", "local_dir": str(tmp_path / "nowhere")}})
+    done = snakemake(tmp_path, "--cores", "1", "--configfile", *TINY, bad, "results/tiny/data/gsm8k.parquet")
+    assert done.returncode != 0
+    log = "results/tiny/logs/prepare_dataset/gsm8k.log"
+    assert log in done.stdout + done.stderr
+    assert "gsm8k_test.jsonl: no such file" in (tmp_path / log).read_text()

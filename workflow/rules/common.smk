@@ -1,0 +1,169 @@
+# What the config asks for, computed once at parse time: result paths, each run's and each benchmark's
+# resolved config (written only when its content changes, so that a change reruns exactly the rules
+# that read it), and the manifest the report rules read.
+import json
+from pathlib import Path
+
+import yaml
+
+from pacs.config import ConfigError, from_dict, to_dict
+from pacs.eval.config import EvalConfig
+from pacs.train.config import resolve
+
+RESULTS = f"results/{config['name']}"
+CONFIGS = f"{RESULTS}/configs"
+LOGS = f"{RESULTS}/logs"
+ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
+MODELS, METHODS, DATA = config["models"], config["methods"], config["data"]
+BENCHMARKS = DATA["benchmarks"]
+
+
+def write_if_changed(path, text):
+    path = Path(path)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def merged(base, over):
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def data_file(dataset):
+    return f"{RESULTS}/data/{dataset}.parquet"
+
+
+def model_path(model):
+    """A hub id or directory; a tiny model is built by the workflow."""
+    return f"{RESULTS}/models/{model}" if MODELS[model].get("build") == "tiny" else MODELS[model]["path"]
+
+
+def built_model(model):
+    return [model_path(model)] if MODELS[model].get("build") == "tiny" else []
+
+
+def run_dir(model, method):
+    return f"{RESULTS}/runs/{model}/{method}"
+
+
+def run_config(model, method):
+    """The run's config, checked key by key and resolved (every default filled in) by pacs itself."""
+    c = merged(config["train"], METHODS[method].get("train", {}))
+    heldout = [data_file(DATA["heldout"])] if DATA.get("heldout") else []
+    c["algorithm"] = METHODS[method]["algorithm"]
+    c["model"] = {**c.get("model", {}), "path": model_path(model)}
+    c["data"] = {**c.get("data", {}), "train_files": [data_file(DATA["train"])], "heldout_files": heldout}
+    c["logging"] = {**c.get("logging", {}), "run_name": f"{config['name']}-{model}-{method}"}
+    try:
+        return to_dict(resolve(c))
+    except ConfigError as e:
+        raise ConfigError(f"config: train / methods.{method} (run {model}/{method}): {e}") from e
+
+
+RUN_CONFIGS = {(model, method): run_config(model, method) for model in MODELS for method in METHODS}
+
+
+def total_steps(model, method):
+    return RUN_CONFIGS[(model, method)]["trainer"]["total_steps"]
+
+
+def eval_steps(model, method):
+    last = total_steps(model, method)
+    return sorted({last if s == "last" else int(s) for s in config["eval"]["checkpoints"]})
+
+
+def checkpoint(model, method, step):
+    return f"{run_dir(model, method)}/checkpoints/step_{int(step):06d}"
+
+
+def eval_dir(model, method, step, benchmark):
+    return f"{RESULTS}/eval/{model}/{method}/step_{int(step):06d}/{benchmark}"
+
+
+RUNS = list(RUN_CONFIGS)
+EVALUATIONS = [
+    {"model": model, "method": "base", "step": 0, "benchmark": b} for model in MODELS for b in BENCHMARKS
+] + [
+    {"model": model, "method": method, "step": step, "benchmark": b}
+    for model, method in RUNS
+    for step in eval_steps(model, method)
+    for b in BENCHMARKS
+]
+for e in EVALUATIONS:
+    e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
+
+for (model, method), run in RUN_CONFIGS.items():
+    write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
+for bench, spec in BENCHMARKS.items():
+    settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit")}
+    settings = to_dict(from_dict(EvalConfig, settings, f"config: eval.settings (benchmark {bench})"))
+    write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
+write_if_changed(
+    f"{RESULTS}/report/manifest.json",
+    json.dumps(
+        {
+            "name": config["name"],
+            "description": config.get("description", ""),
+            "models": {m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in MODELS.items()},
+            "methods": {
+                "base": {"label": "Base", "published_as": "Base"},
+                **{m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in METHODS.items()},
+            },
+            "benchmarks": {
+                b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"]}
+                for b, s in BENCHMARKS.items()
+            },
+            "evaluations": EVALUATIONS,
+            "runs": [{"model": m, "method": k, "metrics": f"{run_dir(m, k)}/metrics.jsonl"} for m, k in RUNS],
+        },
+        indent=1,
+    ),
+)
+
+
+def resources(kind):
+    """A rule's resources from the config: resources.default, updated by resources.<kind>."""
+    spec = {**config["resources"].get("default", {}), **config["resources"].get(kind, {})}
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def prepare_args(dataset):
+    if dataset.startswith("toy_"):
+        return ""
+    args = [f"--source {DATA['source']}"]
+    if DATA["source"] == "local":
+        args.append(f"--data-dir {DATA['local_dir']}")
+    options = DATA.get("prepare", {}).get(dataset, {})
+    if "max_prompt_length" in options:
+        args.append(f"--tokenizer {model_path(DATA['tokenizer'])} --max-prompt-length {options['max_prompt_length']}")
+    for key in ("repeat", "bad_rows", "duplicates"):
+        if key in options:
+            args.append(f"--{key.replace('_', '-')} {options[key]}")
+    return " ".join(args)
+
+
+def prepare_inputs(dataset):
+    """The tokenizer's model, when prompts are filtered by length and that model is built here."""
+    options = DATA.get("prepare", {}).get(dataset, {})
+    return built_model(DATA["tokenizer"]) if "max_prompt_length" in options else []
+
+
+def train_launcher():
+    gpus = int(resources("train").get("gpu", 0))
+    return f"torchrun --standalone --nproc_per_node {gpus} -m pacs.train" if gpus > 1 else "pacs train"
+
+
+def evaluated_model(w):
+    return model_path(w.model) if w.method == "base" else checkpoint(w.model, w.method, w.step)
+
+
+def evaluation_inputs(w):
+    """What must exist first: a built base model, or the run's final checkpoint (training done)."""
+    if w.method == "base":
+        return built_model(w.model)
+    return [checkpoint(w.model, w.method, total_steps(w.model, w.method))]

@@ -1,0 +1,34 @@
+# Datasets → prepared parquet files (`pacs prepare-data`); the tiny model is built from the toy task.
+
+
+rule prepare_dataset:
+    input:
+        prepare_inputs,
+    output:
+        f"{RESULTS}/data/{{dataset}}.parquet",
+    params:
+        args=lambda w: prepare_args(w.dataset),
+    log:
+        f"{LOGS}/prepare_dataset/{{dataset}}.log",
+    resources:
+        **resources("prepare"),
+    conda:
+        ENV
+    shell:
+        "pacs prepare-data --dataset {wildcards.dataset} {params.args} --out {output} > {log} 2>&1"
+
+
+rule build_tiny_model:
+    input:
+        train=data_file("toy_train"),
+        heldout=data_file("toy_heldout"),
+    output:
+        directory(f"{RESULTS}/models/{{model}}"),
+    log:
+        f"{LOGS}/build_tiny_model/{{model}}.log",
+    resources:
+        **resources("prepare"),
+    conda:
+        ENV
+    shell:
+        "pacs tiny-model --train {input.train} --heldout {input.heldout} --out {output} > {log} 2>&1"

@@ -1,0 +1,23 @@
+# Every model's base weights and every run's selected checkpoints, on every benchmark. The declared
+# output is metrics.json only: responses/ survives a failed job, and the rerun resumes it.
+
+
+rule evaluate_model:
+    input:
+        config=f"{CONFIGS}/eval_{{benchmark}}.yaml",
+        data=lambda w: data_file(w.benchmark),
+        model=evaluation_inputs,
+    output:
+        f"{RESULTS}/eval/{{model}}/{{method}}/step_{{step}}/{{benchmark}}/metrics.json",
+    params:
+        model=evaluated_model,
+        out=lambda w: eval_dir(w.model, w.method, w.step, w.benchmark),
+    log:
+        f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}/{{benchmark}}.log",
+    resources:
+        **resources("evaluate"),
+    conda:
+        ENV
+    shell:
+        "pacs evaluate --config {input.config} --model {params.model} --data {input.data} --out {params.out}"
+        " --restart-on-change > {log} 2>&1"
