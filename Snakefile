@@ -6,7 +6,10 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: f"{workflow.basedir}/config/config.yaml"
+# The paper unless config files are given (--configfile): those then replace it rather than merge into it.
+if not workflow.overwrite_configfiles:
+
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 validate(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")

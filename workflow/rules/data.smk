@@ -3,7 +3,7 @@
 
 rule prepare_dataset:
     input:
-        prepare_inputs,
+        lambda w: prepare_inputs(w.dataset),
     output:
         f"{RESULTS}/data/{{dataset}}.parquet",
     params:

@@ -1,0 +1,84 @@
+"""pacs report on hand-made metrics: the long table, the paper's layout with best/second marks, the
+comparison with published numbers, and the files each verb writes."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from pacs.cli import main
+from pacs.report.collect import PUBLISHED, collect_pass_at_k, comparison, read_published
+from pacs.report.tables import paper_table, ranks, to_latex, to_markdown
+
+METHODS = {"base": "Base", "ppo": "PPO", "pacs": "PACS"}
+
+
+@pytest.fixture
+def manifest(tmp_path) -> dict:
+    """Two methods and the base model on one benchmark, pass@1 and pass@2, written as metrics.json files."""
+    values = {"base": (0.5, 0.6), "ppo": (0.7, 0.8), "pacs": (0.7, 0.9)}
+    evaluations = []
+    for method, (p1, p2) in values.items():
+        path = tmp_path / method / "metrics.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({
+            "pass_at_k": {"1": {"mean": p1, "ci_low": p1 - 0.1, "ci_high": p1 + 0.1},
+                          "2": {"mean": p2, "ci_low": p2 - 0.1, "ci_high": p2 + 0.1}},
+            "samples_per_problem": 2, "problems": 30, "verifier_failures": 1,
+        }))  # fmt: skip
+        evaluations.append({"model": "m", "method": method, "step": 0 if method == "base" else 10,
+                            "benchmark": "aime2024", "metrics": str(path)})  # fmt: skip
+    return {
+        "name": "t",
+        "models": {"m": {"label": "Model", "published_as": "Qwen2.5-7B"}},
+        "methods": {m: {"label": label, "published_as": label} for m, label in METHODS.items()},
+        "benchmarks": {"aime2024": {"label": "AIME 2024", "published_as": "AIME24", "ks": [1]}},
+        "evaluations": evaluations,
+        "runs": [],
+    }
+
+
+def test_collect_reads_percent_and_the_table_marks_best_and_second(manifest):
+    table = collect_pass_at_k(manifest)
+    assert len(table) == 6 and table["pass_at_k"].max() == pytest.approx(90.0)
+    main_table = paper_table(table, "m", manifest)
+    assert list(main_table.index) == ["Base", "PPO", "PACS"] and list(main_table.columns) == [("AIME 2024", 1)]
+    full = paper_table(table, "m", manifest, full=True)
+    assert list(full.columns) == [("AIME 2024", 1), ("AIME 2024", 2)]
+    assert ranks(full).to_dict("list") == {("AIME 2024", 1): [2, 1, 1], ("AIME 2024", 2): [0, 2, 1]}  # ties share
+    md = to_markdown(full)
+    assert "| PACS | **70.00** | **90.00** |" in md and "| Base | <u>50.00</u> | 60.00 |" in md
+    tex = to_latex(full, "caption")
+    assert "\\textbf{90.00}" in tex and "\\underline{80.00}" in tex and "\\multicolumn{2}{c}{AIME 2024}" in tex
+
+
+def test_comparison_joins_published_cells_and_takes_deltas(manifest):
+    comp = comparison(collect_pass_at_k(manifest), manifest, read_published(PUBLISHED))
+    published = read_published(PUBLISHED)
+    cell = published[(published["model"] == "Qwen2.5-7B") & (published["method"] == "PACS")
+                     & (published["benchmark"] == "AIME24") & (published["k"] == 1)]["pass_at_k"].iloc[0]  # fmt: skip
+    row = comp[(comp["method"] == "pacs") & (comp["k"] == 1)].iloc[0]
+    assert row["published"] == cell and row["delta"] == pytest.approx(70.0 - cell)
+    assert set(comp["k"]) == {1}  # the paper has no AIME pass@2
+
+
+def test_report_verbs_write_tables_figures_and_report(manifest, tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    csv = tmp_path / "report" / "pass_at_k.csv"
+    assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 0
+    args = ["--manifest", str(path), "--pass-at-k", str(csv)]
+    assert main(["report", "tables", *args, "--out", str(tmp_path / "tables")]) == 0
+    assert main(["report", "figures", *args, "--out", str(tmp_path / "figures")]) == 0
+    report = tmp_path / "REPORT.md"
+    summary = ["--tables", str(tmp_path / "tables"), "--figures", str(tmp_path / "figures"), "--out", str(report)]
+    assert main(["report", "summary", *args, *summary]) == 0
+    for name in ("m.csv", "m.md", "m.tex", "m_full.csv", "comparison.csv", "comparison.md"):
+        assert (tmp_path / "tables" / name).is_file()
+    assert (tmp_path / "figures" / "passk_m_aime2024.pdf").stat().st_size > 1000
+    text = report.read_text()
+    assert "figures/passk_m_aime2024.png" in text and "| m → Qwen2.5-7B | pacs → PACS |" in text
+    assert pd.read_csv(tmp_path / "tables" / "m.csv", index_col=0).loc["PACS", "AIME 2024 @1"] == 70.0
+    manifest["evaluations"][0]["metrics"] = str(tmp_path / "missing.json")
+    path.write_text(json.dumps(manifest))
+    assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 2
