@@ -148,7 +148,8 @@ def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, chan
 
 def test_a_failed_job_fails_the_workflow_and_names_its_log(tmp_path):
     bad = overlay(tmp_path / "bad.yaml", {"data": {"source": "local", "local_dir": str(tmp_path / "nowhere")}})
-    done = snakemake(tmp_path, "--cores", "1", "--configfile", *TINY, bad, "results/tiny/data/gsm8k.parquet")
+    target = "results/tiny/data/gsm8k.parquet"  # before --configfile, which takes every argument after it
+    done = snakemake(tmp_path, "--cores", "1", target, "--configfile", *TINY, bad)
     assert done.returncode != 0
     log = "results/tiny/logs/prepare_dataset/gsm8k.log"
     assert log in done.stdout + done.stderr
