@@ -1,6 +1,10 @@
 """A fixed rollout batch and one update through the training loop's own functions, for any rank count."""
 
 import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -82,3 +86,15 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
         state = {"policy": policy.state_dict(), "critic": critic.state_dict() if critic else None, "metrics": metrics}
         torch.save(state, out_file)
     torch.distributed.destroy_process_group()
+
+
+def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> None:
+    """Start ``command`` and SIGKILL it as soon as ``ready()``; fails if it ended on its own first."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None:
+        if ready():
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(poll_s)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"{command[2:4]} ended before it could be killed"

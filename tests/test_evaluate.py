@@ -3,13 +3,12 @@
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
+from helpers import run_until_killed
 
 from pacs.cli import main
 from pacs.eval.passk import mean_pass_at_k
@@ -32,14 +31,7 @@ def cli(model, data, out, *flags, kill_at_parts: int | None = None) -> subproces
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
     if kill_at_parts is None:
         return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    while proc.poll() is None:
-        if len(list((out / "responses").glob("part_*.parquet"))) >= kill_at_parts:
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the evaluation ended before it could be killed"
+    run_until_killed(command, env, lambda: len(list((out / "responses").glob("part_*.parquet"))) >= kill_at_parts)
     return None
 
 

@@ -2,14 +2,13 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 from conftest import write_run_config
+from helpers import run_until_killed
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -32,15 +31,10 @@ def run_cli(config, out, kill_after_step: int | None = None) -> subprocess.Compl
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
     if kill_after_step is None:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = out / "metrics.jsonl"
-    while proc.poll() is None:
-        if metrics.exists() and any(r["step"] >= kill_after_step for r in read_metrics(metrics)):
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    run_until_killed(
+        cmd, env, lambda: metrics.exists() and any(r["step"] >= kill_after_step for r in read_metrics(metrics))
+    )
     return None
 
 
