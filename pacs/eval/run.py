@@ -84,7 +84,7 @@ def build_engine(kind: str, model: str, tokenizer, config: EvalConfig, longest_p
         options = config.vllm
         if options.max_model_len is None:
             options = replace(options, max_model_len=longest_prompt + config.max_tokens)
-        return VLLMEngine(model, stops, config.seed, dtype, options)
+        return VLLMEngine(model, stops, config.seed, dtype, config.chunk_problems * config.n, options)
     import torch
     from transformers import AutoModelForCausalLM
 

