@@ -30,20 +30,22 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
-    import torch
-
     from pacs.bench.train import run_train_bench
 
-    torch.set_num_threads(args.threads)
-    report = run_train_bench(args.model, args.data, args.steps, args.seeds, args.variants)
+    options = {"max_response_length": args.max_response_length, "eager": not args.compile}
+    if args.train_file is not None:
+        options["train_file"] = args.train_file
+    report = run_train_bench(args.model, args.data, args.steps, args.seeds, args.variants, args.engines,
+                             args.threads, **options)  # fmt: skip
     atomic_write_json(args.out, report)
-    print(f"{'run':24s} {'before':>7s} {'after':>7s} {'s/step':>7s} {'generate':>9s} {'update':>7s} {'tokens/s':>9s}")
+    phases = ("generate", "weight_push", "score", "old_logprobs", "update", "step")
+    print(f"{'run':28s} {'before':>6s} {'after':>6s} " + " ".join(f"{p[:8]:>8s}" for p in phases) + " rollout tok/s")
     for name, r in report["results"].items():
-        print(
-            f"{name:24s} {r['heldout_accuracy_before']:7.3f} {r['heldout_accuracy_after']:7.3f} "
-            f"{r['seconds_step']:7.2f} {r['seconds_generate']:9.2f} {r['seconds_update']:7.2f} {r['tokens_per_s']:9.0f}"
-        )
-    print(f"wrote {args.out}")
+        before, after = r.get("heldout_accuracy_before", float("nan")), r.get("heldout_accuracy_after", float("nan"))
+        accuracy = f"{before:6.3f} {after:6.3f}"
+        seconds = " ".join(f"{r[f'seconds_{p}']:8.3f}" for p in phases)
+        print(f"{name:28s} {accuracy} {seconds} {r['rollout_tokens_per_s']:13.0f}")
+    print(f"wrote {args.out} (seconds per step, means over steps after the first)")
     return 0
 
 
@@ -306,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--steps", type=int, default=40)
     bt.add_argument("--seeds", type=int, nargs="+", default=[0])
     bt.add_argument("--variants", nargs="+", default=["pacs", "pacs-no-weights", "grpo", "ppo"])
+    bt.add_argument("--engines", nargs="+", default=["hf"], choices=["hf", "vllm"], help="rollout engines")
+    bt.add_argument("--train-file", type=Path, help="prepared prompts instead of the toy task (no held-out accuracy)")
+    bt.add_argument("--max-response-length", type=int, default=16, help="new tokens per sample")
+    bt.add_argument("--compile", action="store_true", help="vllm: compile (CUDA graphs / torch.compile), not eager")
     bt.add_argument("--threads", type=int, default=2)
     bt.add_argument("--out", type=Path, default=Path("results/bench/train.json"))
     bt.set_defaults(func=cmd_bench_train)
@@ -404,10 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pacs.rollout.base import StaleRolloutError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, StaleRolloutError) as e:
         print(f"pacs {args.verb}: error: {e}", file=sys.stderr)
         return 2
 

@@ -18,7 +18,8 @@ from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 from pacs.train.batch import rollout_batch, token_logprobs, token_values
 from pacs.train.distributed import DistEnv, init_distributed, wrap
-from pacs.train.loop import forward_pass, prepare_whole_batch, rank_share, update
+from pacs.train.loop import forward_pass, prepare_whole_batch, update
+from pacs.train.rollouts import rank_share
 
 N = 4
 
@@ -98,3 +99,39 @@ def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], p
         time.sleep(poll_s)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"{command[2:4]} ended before it could be killed"
+
+
+def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
+    """Run in its own process (an in-process vLLM engine binds this process's threads): a vLLM engine
+    started from ``start`` gets ``trained``'s weights pushed, then its greedy answers and its log-probs of
+    its own samples are compared with transformers running ``trained``. Writes the comparison to ``out``."""
+    import json
+
+    from pacs.rollout.base import stop_token_ids
+    from pacs.rollout.vllm import VLLMEngine, VLLMOptions
+    from pacs.train.rollouts import logprob_gap, policy_weights
+
+    torch.set_num_threads(2)
+    tokenizer = AutoTokenizer.from_pretrained(trained)
+    policy = AutoModelForCausalLM.from_pretrained(trained, dtype=torch.float32)
+    stops = stop_token_ids(policy.generation_config, tokenizer)
+    prompts = prompt_token_ids(tokenizer, read_prepared(heldout)["prompt"][:64])
+    options = VLLMOptions(max_model_len=128, enforce_eager=True)
+    engine = VLLMEngine(start, stops, 0, "float32", 64 * N, options, in_process=True)
+
+    def gap() -> dict:
+        completions = engine.generate(prompts, SamplingParams(n=N, max_tokens=16, seed=1, logprobs=True))
+        batch = rollout_batch(prompts, completions, tokenizer.pad_token_id)
+        with torch.no_grad():
+            batch["old_logprobs"] = token_logprobs(policy, batch, 1.0, False)[0]
+        return logprob_gap(batch, completions, DistEnv())
+
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=16)
+    result = {"before_push": gap()}
+    engine.update_weights(policy_weights(policy))
+    result["after_push"] = gap()
+    result["vllm_greedy"] = [g[0].text for g in engine.generate(prompts, greedy)]
+    result["hf_greedy"] = [g[0].text for g in HFEngine(policy, tokenizer, stops).generate(prompts, greedy)]
+    engine.close()
+    with open(out, "w") as f:
+        json.dump(result, f)

@@ -26,11 +26,19 @@ def read_metrics(out) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+# every objective with transformers rollouts; PACS and GRPO again with vLLM's (in the trainer's process)
+RUNS = [(variant, "hf") for variant in VARIANTS] + [("pacs", "vllm"), ("grpo", "vllm")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("run", VARIANTS)
-def test_rl_raises_heldout_accuracy(run, tiny_model, toy_data, tmp_path):
+@pytest.mark.parametrize(("run", "engine"), RUNS, ids=[f"{v}-{e}" for v, e in RUNS])
+def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path, request):
+    if engine == "vllm":
+        request.getfixturevalue("vllm_installed")
     config = tmp_path / "run.yaml"  # the run `pacs bench train` measures
-    config.write_text(yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0)))
+    config.write_text(
+        yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0, engine=engine))
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     out = tmp_path / run
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
@@ -44,10 +52,16 @@ def test_rl_raises_heldout_accuracy(run, tiny_model, toy_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks(tiny_model, toy_data, tmp_path):
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_torchrun_two_ranks(engine, tiny_model, toy_data, tmp_path, request):
+    """With vllm, each rank starts its own engine in its process (vLLM's external launcher, in the
+    trainer's process group) and samples its own share of the groups."""
+    if engine == "vllm":
+        request.getfixturevalue("vllm_installed")
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    rollout = {"engine": engine, **({"vllm": {"enforce_eager": True}} if engine == "vllm" else {})}
     config = write_run_config(
-        tmp_path / "run.yaml", tiny_model, toy_data, algorithm={"name": "grpo"},
+        tmp_path / "run.yaml", tiny_model, toy_data, algorithm={"name": "grpo"}, rollout=rollout,
         trainer={"total_steps": 2, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2},
     )  # fmt: skip
     out = tmp_path / "ddp"
@@ -71,3 +85,5 @@ def test_torchrun_two_ranks(tiny_model, toy_data, tmp_path):
     assert records[1]["verifier/correct"] + records[1]["verifier/wrong"] + records[1]["verifier/no_answer"] == 64
     last = out / "checkpoints" / "step_000002"
     assert (last / "rng_rank0.pt").exists() and (last / "rng_rank1.pt").exists()
+    if engine == "vllm":  # both ranks' engines sample from the weights both ranks trained
+        assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in records[1:]), records

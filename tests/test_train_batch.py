@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM
 from pacs.rollout import Completion
 from pacs.train.batch import group_slices, rollout_batch, token_logprobs, trimmed
 from pacs.train.distributed import DistEnv
-from pacs.train.loop import step_rows
+from pacs.train.rollouts import step_rows
 
 VARIANTS = [
     ("pacs", {}),

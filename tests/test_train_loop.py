@@ -146,13 +146,15 @@ def test_wandb_offline_and_keep_last(tiny_model, toy_data, tmp_path):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
 
 
-def test_bench_train_reports_each_variant(tiny_model, toy_data, tmp_path):
+def test_bench_train_reports_each_variant_and_engine(vllm_installed, tiny_model, toy_data, tmp_path):
     out = tmp_path / "train.json"
     args = ["bench", "train", "--model", str(tiny_model), "--data", str(toy_data), "--steps", "2"]
-    assert main([*args, "--variants", "pacs", "ppo", "--out", str(out)]) == 0
+    assert main([*args, "--variants", "pacs", "--engines", "hf", "vllm", "--out", str(out)]) == 0
     report = json.loads(out.read_text())["results"]
-    assert list(report) == ["pacs/seed0", "ppo/seed0"]
+    assert list(report) == ["pacs/hf/seed0", "pacs/vllm/seed0"]
     for row in report.values():
-        assert row["steps"] == 2 and row["seconds_step"] > 0 and row["tokens_per_s"] > 0
+        assert row["steps"] == 2 and row["seconds_step"] > 0 and row["rollout_tokens_per_s"] > 0
+        assert row["seconds_generate"] + row["seconds_update"] <= row["seconds_step"]
         assert 0 <= row["heldout_accuracy_before"] <= 1 and 0 <= row["heldout_accuracy_after"] <= 1
+    assert report["pacs/vllm/seed0"]["logprob_gap_max"] < 1e-4 and "logprob_gap_max" not in report["pacs/hf/seed0"]
     assert main([*args, "--variants", "dpo", "--out", str(out)]) == 2

@@ -15,6 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yaml")]
+VLLM = str(REPO / "config" / "tiny_vllm.yaml")  # PACS with vLLM rollouts: the local run only, not SLURM's
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -80,16 +81,16 @@ def test_a_bad_config_key_is_an_error_naming_it(tmp_path, bad, named):
 
 @pytest.fixture(scope="module")
 def tiny_run(shared_data, tmp_path_factory) -> Path:
-    """`snakemake --cores 2` on config/tiny.yaml + the real-benchmark overlay, read from local files."""
+    """`snakemake --cores 2` on config/tiny.yaml + the real-benchmark and vLLM overlays, data from local files."""
     workdir = tmp_path_factory.mktemp("workflow")
     local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)}})
-    done = snakemake(workdir, "--cores", "2", "--configfile", *TINY, local)
+    done = snakemake(workdir, "--cores", "2", "--configfile", *TINY, VLLM, local)
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     return workdir
 
 
 def configfiles(workdir: Path, *extra: dict) -> list[str]:
-    files = [*TINY, str(workdir / "local.yaml")]
+    files = [*TINY, VLLM, str(workdir / "local.yaml")]
     return files + [overlay(workdir / f"extra{i}.yaml", e) for i, e in enumerate(extra)]
 
 
@@ -120,6 +121,11 @@ def test_tiny_experiment_end_to_end(tiny_run):
     for stem in ("passk_tiny_toy_heldout", "passk_tiny_math500", "train_tiny_pacs", "train_tiny_ppo"):
         for suffix in (".png", ".pdf"):
             assert (results / "figures" / f"{stem}{suffix}").stat().st_size > 1000
+    pacs_run = [json.loads(x) for x in (results / "runs/tiny/pacs/metrics.jsonl").read_text().splitlines()]
+    assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in pacs_run[1:])  # sampled by vLLM, from current weights
+    assert "rollout/logprob_gap_max" not in json.loads(
+        (results / "runs/tiny/grpo/metrics.jsonl").read_text().split("\n")[1]
+    )
     report = (results / "REPORT.md").read_text()
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1

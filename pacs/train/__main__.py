@@ -43,9 +43,9 @@ def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
     finally:
         if wandb_run is not None:
             wandb_run.finish()
-        if env.active:
-            import torch.distributed as dist
+        import torch.distributed as dist
 
+        if env.active and dist.is_initialized():  # a vLLM engine's shutdown may have destroyed it already
             dist.destroy_process_group()
     if summary["status"] == "complete":
         print(f"{out}: already complete at step {summary['final_step']}; nothing to do")

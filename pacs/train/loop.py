@@ -10,6 +10,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,21 +22,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
-from pacs.rollout.base import SamplingParams, derived_seed, stop_token_ids
-from pacs.rollout.hf import HFEngine
 from pacs.train import checkpoint as ckpt
-from pacs.train.batch import (
-    Batch,
-    group_slices,
-    pad_columns,
-    rollout_batch,
-    token_logprobs,
-    token_values,
-    trimmed,
-)
+from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier, no_sync, wrap
 from pacs.train.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
+from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, policy_weights, rollout
 from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
@@ -53,25 +45,6 @@ def load_prompts(files: list[str], tokenizer, max_prompt_length: int) -> Prompts
     ids = prompt_token_ids(tokenizer, frame["prompt"])
     keep = [i for i, p in enumerate(ids) if len(p) <= max_prompt_length]
     return Prompts([ids[i] for i in keep], [str(frame["ground_truth"][i]) for i in keep], len(ids) - len(keep))
-
-
-def step_rows(step: int, num_prompts: int, batch_size: int, seed: int, shuffle: bool) -> np.ndarray:
-    """The global prompt rows of a step; an epoch is a seeded permutation, its incomplete tail dropped."""
-    steps_per_epoch = num_prompts // batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"trainer.batch_size {batch_size} exceeds the {num_prompts} training prompts")
-    epoch, k = divmod(step, steps_per_epoch)
-    order = np.random.default_rng([seed, epoch]).permutation(num_prompts) if shuffle else np.arange(num_prompts)
-    return order[k * batch_size : (k + 1) * batch_size]
-
-
-def rank_share(rows: np.ndarray, mini_batch_size: int, env: DistEnv) -> np.ndarray:
-    """This rank's prompts: its slice of every global mini-batch, so that each optimizer step sees the same
-    global mini-batch of prompts whatever the number of ranks."""
-    per_rank = mini_batch_size // env.world_size
-    return np.concatenate(
-        [mini[env.rank * per_rank : (env.rank + 1) * per_rank] for mini in np.split(rows, len(rows) // mini_batch_size)]
-    )
 
 
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
@@ -230,28 +203,6 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
     barrier(env)
 
 
-def rollout(step: int, config: RunConfig, engine, prompts: Prompts, pool, env: DistEnv, timer: dict):
-    """This rank's share of the step's prompts, n samples each, scored: (batch, completions, verdicts)."""
-    t, n = config.trainer, config.rollout.n
-    mine = rank_share(step_rows(step, len(prompts.token_ids), t.batch_size, t.seed, config.data.shuffle),
-                      t.mini_batch_size, env)  # fmt: skip
-    step_prompts = [prompts.token_ids[i] for i in mine]
-    params = SamplingParams(
-        n=n,
-        temperature=config.rollout.temperature,
-        top_p=config.rollout.top_p,
-        max_tokens=config.rollout.max_response_length,
-        seed=derived_seed(t.seed, step, env.rank),
-    )
-    completions = engine.generate(step_prompts, params)
-    timer["generate"] = time.perf_counter()
-    verdicts = pool.score([prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g])
-    batch = rollout_batch(step_prompts, completions, engine.pad_token_id)
-    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)  # (B,)
-    timer["score"] = time.perf_counter()
-    return batch, completions, verdicts
-
-
 def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> torch.Tensor:
     """Old log-probs, reference log-probs and values, once per step, then ``prepare`` on the global batch.
     Returns the policy's entropy (B, T) for logging."""
@@ -303,13 +254,19 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv)
 
 
 def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, env: DistEnv) -> dict:
-    """One step: sample and score, old log-probs (reference, values) and prepare, critic and actor updates."""
+    """One step: sample and score, old log-probs (reference, values) and prepare, the stale-weight guard,
+    critic and actor updates, then the new weights into the engine."""
     timer = {"start": time.perf_counter()}
-    batch, completions, verdicts = rollout(step, config, engine, prompts, pool, env, timer)
+    pad = models.tokenizer.pad_token_id or 0
+    batch, completions, verdicts = rollout(step, config, engine, prompts, pool, pad, env, timer)
     entropy = score_batch(batch, config, models, env)
     timer["old_logprobs"] = time.perf_counter()
-    record = {"step": step + 1, **update_models(batch, config, models, env)}
+    gap = logprob_gap(batch, completions, env)
+    check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
+    record = {"step": step + 1, **gap, **update_models(batch, config, models, env)}
     timer["update"] = time.perf_counter()
+    engine.update_weights(policy_weights(models.policy))
+    timer["weight_push"] = time.perf_counter()
 
     record.update(rollout_stats(batch, completions, verdicts, config.rollout.n, env))
     mask = batch["response_mask"]
@@ -318,7 +275,7 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     record["skipped_steps_total"] = models.skipped_steps
     phases = list(timer)
     record.update({f"time/{b}": timer[b] - timer[a] for a, b in zip(phases, phases[1:], strict=False)})
-    record["time/step"] = timer["update"] - timer["start"]
+    record["time/step"] = timer["weight_push"] - timer["start"]
     record["throughput/tokens_per_s"] = record.pop("tokens") / record["time/step"]
     return record
 
@@ -349,8 +306,9 @@ def train(
     heldout = None
     if config.data.heldout_files:
         heldout = load_prompts(config.data.heldout_files, models.tokenizer, config.data.max_prompt_length)
-    stops = stop_token_ids(models.policy.generation_config, models.tokenizer)
-    engine = HFEngine(models.policy, models.tokenizer, stops, config.rollout.prompt_batch_size)
+    start_weights = latest[1] if latest else config.model.path
+    heldout_size = len(heldout.token_ids) if heldout else 0
+    engine = build_engine(config, models.policy, models.tokenizer, start_weights, heldout_size, env)
     metrics_path = out / "metrics.jsonl"
 
     def emit(record: dict) -> None:
@@ -369,7 +327,7 @@ def train(
     if env.main:
         truncate_metrics(metrics_path, start)
     show = env.main and config.logging.progress_bar
-    with VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool:
+    with VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool, closing(engine):
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
                   **evaluate(0)})  # fmt: skip

@@ -46,6 +46,7 @@ def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> 
         "response_length/max": float(all_reduce(lengths.max(), env, "max")),
         "response_length/truncated_frac": sums[6] / sums[1],
         **{f"verifier/{k}": int(c) for k, c in zip(statuses, counts, strict=True)},
+        "rollout/response_tokens": int(sums[5]),  # over every rank
         "tokens": sums[7],
     }
 

@@ -1,0 +1,136 @@
+"""A training step's rollouts: the engine the trainer samples with, this rank's prompts sampled and scored,
+the weight push after each update, and the guard that stops a run sampling from stale weights.
+
+The engine is one per rank for the whole run (``rollout.engine``): ``hf`` samples from the policy object
+itself; ``vllm`` is started once from the run's starting weights (or the resumed checkpoint) and gets
+the policy's full weights pushed after every update. Whichever the engine, the trainer recomputes
+old log-probs; where the engine reports its own log-probs of the sampled tokens, the gap between the
+two is logged every step and bounds ``rollout.max_logprob_gap``.
+"""
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pacs.rollout import Completion, RolloutEngine, SamplingParams
+from pacs.rollout.base import StaleRolloutError, derived_seed, stop_token_ids
+from pacs.train.batch import Batch, rollout_batch
+from pacs.train.config import RunConfig
+from pacs.train.distributed import DistEnv, all_reduce
+
+
+def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int,
+                 env: DistEnv) -> RolloutEngine:  # fmt: skip
+    """This rank's engine; ``start`` holds the weights the policy starts from (model or checkpoint)."""
+    stops = stop_token_ids(policy.generation_config, tokenizer)
+    r = config.rollout
+    if r.engine == "hf":
+        from pacs.rollout.hf import HFEngine
+
+        return HFEngine(policy, tokenizer, stops, r.prompt_batch_size)
+    from pacs.rollout.vllm import VLLMEngine
+
+    options = r.vllm
+    if options.max_model_len is None:  # what the run's longest prompt and response need, within the model's reach
+        longest = min(config.data.max_prompt_length + r.max_response_length, policy.config.max_position_embeddings)
+        options = replace(options, max_model_len=longest)
+    per_rank = max(config.trainer.batch_size * r.n, heldout_prompts) // env.world_size + 1
+    seed = derived_seed(config.trainer.seed, env.rank)
+    return VLLMEngine(str(start), stops, seed, config.model.dtype, per_rank, options, in_process=True)
+
+
+def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """Full tensors under the HF checkpoint's names, a tied ``lm_head.weight`` included (the state dict
+    lists both names of a tied tensor, unlike ``save_pretrained``)."""
+    yield from policy.state_dict().items()
+
+
+def step_rows(step: int, num_prompts: int, batch_size: int, seed: int, shuffle: bool) -> np.ndarray:
+    """The global prompt rows of a step; an epoch is a seeded permutation, its incomplete tail dropped."""
+    steps_per_epoch = num_prompts // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"trainer.batch_size {batch_size} exceeds the {num_prompts} training prompts")
+    epoch, k = divmod(step, steps_per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(num_prompts) if shuffle else np.arange(num_prompts)
+    return order[k * batch_size : (k + 1) * batch_size]
+
+
+def rank_share(rows: np.ndarray, mini_batch_size: int, env: DistEnv) -> np.ndarray:
+    """This rank's prompts: its slice of every global mini-batch, so that each optimizer step sees the same
+    global mini-batch of prompts whatever the number of ranks."""
+    per_rank = mini_batch_size // env.world_size
+    return np.concatenate(
+        [mini[env.rank * per_rank : (env.rank + 1) * per_rank] for mini in np.split(rows, len(rows) // mini_batch_size)]
+    )
+
+
+def step_prompts(step: int, config: RunConfig, num_prompts: int, env: DistEnv) -> np.ndarray:
+    t = config.trainer
+    return rank_share(step_rows(step, num_prompts, t.batch_size, t.seed, config.data.shuffle), t.mini_batch_size, env)
+
+
+def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, pad_token_id: int, env: DistEnv,
+            timer: dict):  # fmt: skip
+    """This rank's share of the step's prompts, n samples each, scored: (batch, completions, verdicts)."""
+    n = config.rollout.n
+    mine = step_prompts(step, config, len(prompts.token_ids), env)
+    token_ids = [prompts.token_ids[i] for i in mine]
+    params = SamplingParams(
+        n=n,
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
+        max_tokens=config.rollout.max_response_length,
+        seed=derived_seed(config.trainer.seed, step, env.rank),
+        logprobs=True,
+    )
+    completions = engine.generate(token_ids, params)
+    timer["generate"] = time.perf_counter()
+    engine.release_memory()
+    verdicts = pool.score([prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g])
+    batch = rollout_batch(token_ids, completions, pad_token_id)
+    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)  # (B,)
+    timer["score"] = time.perf_counter()
+    return batch, completions, verdicts
+
+
+def sampled_logprobs(completions: list[list[Completion]], width: int) -> Tensor | None:
+    """The engine's log-prob of each sampled token (B, T), 0 past a response's end; None if it gave none."""
+    flat = [c for group in completions for c in group]
+    if any(c.logprobs is None for c in flat):
+        return None
+    out = torch.zeros(len(flat), width)
+    for i, c in enumerate(flat):
+        out[i, : len(c.logprobs)] = torch.tensor(c.logprobs)
+    return out
+
+
+def logprob_gap(batch: Batch, completions: list[list[Completion]], env: DistEnv) -> dict:
+    """Mean and max |engine log-prob - trainer old log-prob| over every rank's response tokens; {} for an
+    engine that reports no log-probs."""
+    mask = batch["response_mask"]
+    engine_logprobs = sampled_logprobs(completions, mask.shape[1])
+    if engine_logprobs is None:
+        return {}
+    gap = (engine_logprobs - batch["old_logprobs"]).abs()[mask]
+    total, count = all_reduce(torch.stack([gap.sum().double(), torch.tensor(float(gap.numel()))]), env).tolist()
+    return {
+        "rollout/logprob_gap_mean": total / max(count, 1.0),
+        "rollout/logprob_gap_max": float(all_reduce(gap.max() if gap.numel() else torch.tensor(0.0), env, "max")),
+    }
+
+
+def check_logprob_gap(step: int, gap: dict, limit: float | None) -> None:
+    """Stop before the update: a policy-gradient step on samples from other weights is silently wrong."""
+    mean = gap.get("rollout/logprob_gap_mean")
+    if limit is not None and mean is not None and mean > limit:
+        raise StaleRolloutError(
+            f"step {step}: the rollout engine's log-probs of its own samples differ from the policy's by "
+            f"{mean:.4g} on average (max {gap['rollout/logprob_gap_max']:.4g}) > rollout.max_logprob_gap {limit}: "
+            "the engine is not sampling from the current weights (or top_p < 1 / a dtype mismatch; "
+            "config/README.md)"
+        )
