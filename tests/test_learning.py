@@ -5,6 +5,10 @@ at lr 1e-4; held-out accuracy 0.40 at the start): over the 16 runs of PACS, PACS
 GRPO and PPO, gains of 0.170 to 0.285, mean 0.235, standard deviation 0.034. The margin of 0.10 is
 about 4 standard deviations below that mean; 200 held-out problems put the sampling noise of one
 accuracy near 0.035. Runs are deterministic for a seed on a given machine; this test uses seed 0.
+
+With vLLM rollouts (``pacs bench train --engines vllm --variants pacs grpo --seeds 0 1 2 3``, eager
+engine, a model build whose held-out accuracy starts at 0.475): over the 8 runs, gains of 0.155 to
+0.235, mean 0.196, standard deviation 0.030; the same margin is about 3 standard deviations below.
 """
 
 import json

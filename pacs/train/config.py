@@ -133,8 +133,9 @@ class RunConfig:
 
 
 DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
-# Measured with the tiny model on CPU, engine and trainer in the same dtype: float32 gaps of 2e-7 (mean)
-# and 7e-6 (max) per step, bfloat16 0.004-0.006 (max 0.28); one update not pushed (lr 1e-4) gave 0.04.
+# Measured with the tiny model on CPU, engine and trainer in the same dtype: float32 per-step gaps of at
+# most 3e-7 (mean) and 1.5e-5 (max) over 320 steps, bfloat16 0.004-0.006 (max 0.28); one update not
+# pushed (lr 1e-4) gave 0.04. config/README.md says why bfloat16's is higher.
 DEFAULT_LOGPROB_GAP = {"float32": 1e-3, "bfloat16": 0.05}
 
 
