@@ -171,7 +171,7 @@ def test_the_gap_is_over_response_tokens_and_the_guard_names_the_step():
     assert logprob_gap(batch, completions([None, [-0.2]]), DistEnv()) == {}  # hf reports no log-probs
 
 
-def test_the_gap_limit_defaults_by_dtype_and_null_disables_it(tiny_model, toy_data):
+def test_the_gap_limit_defaults_by_dtype_and_null_disables_it():
     base = {"algorithm": {"name": "pacs"}, "model": {"path": "m"}, "data": {"train_files": ["x"]}}
     assert resolve(base).rollout.max_logprob_gap == DEFAULT_LOGPROB_GAP["float32"] == 1e-3
     bf16 = resolve({**base, "model": {"path": "m", "dtype": "bfloat16"}})
@@ -179,6 +179,8 @@ def test_the_gap_limit_defaults_by_dtype_and_null_disables_it(tiny_model, toy_da
     assert resolve({**base, "rollout": {"max_logprob_gap": None}}).rollout.max_logprob_gap is None
     with pytest.raises(ValueError, match="rollout.max_logprob_gap"):
         resolve({**base, "rollout": {"max_logprob_gap": 0}})
+    with pytest.raises(ValueError, match="rollout.vllm.tensor_parallel_size"):
+        resolve({**base, "rollout": {"engine": "vllm", "vllm": {"tensor_parallel_size": 2}}})
     with pytest.raises(ValueError, match="checkpoint.save_every"):
         resolve({**base, "checkpoint": {"save_every": 0}})
 

@@ -104,11 +104,6 @@ class VLLMEngine:
         self.on_cpu = current_platform.is_cpu()
         extra = {}
         if in_process and dist.is_initialized() and dist.get_world_size() > 1:
-            if options.tensor_parallel_size != 1:
-                raise ValueError(
-                    "rollout.vllm.tensor_parallel_size: training runs one engine per rank (1); "
-                    f"got {options.tensor_parallel_size}"
-                )
             extra["distributed_executor_backend"] = "external_launcher"  # the trainer's ranks and devices
         kv_gib = options.kv_cache_gib
         if kv_gib is not None:

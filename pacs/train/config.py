@@ -53,6 +53,11 @@ class RolloutConfig:
     def __post_init__(self):
         if self.max_logprob_gap is not None and self.max_logprob_gap <= 0:
             raise ValueError(f"rollout.max_logprob_gap must be > 0 or null, got {self.max_logprob_gap}")
+        if self.vllm.tensor_parallel_size != 1:
+            raise ValueError(
+                "rollout.vllm.tensor_parallel_size must be 1 (one engine per rank), "
+                f"got {self.vllm.tensor_parallel_size}"
+            )
 
 
 @dataclass(frozen=True)
