@@ -49,6 +49,25 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_memory(args: argparse.Namespace) -> int:
+    from pacs.bench.memory import run_memory_bench
+
+    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes]
+    report = run_memory_bench(sizes, args.chunk_size, args.problems, args.tokenizer, args.n, args.micro_batch_size,
+                              args.budget)  # fmt: skip
+    atomic_write_json(args.out, report)
+    print(f"{'rows x T x vocab x hidden':28s} {'mode':8s} {'peak MB above inputs':>20s} {'seconds':>8s}")
+    for r in report["logprobs"]:
+        size = f"{r['rows']}x{r['length']}x{r['vocab']}x{r['hidden']}"
+        print(f"{size:28s} {r['mode']:8s} {r['peak_above_inputs_bytes'] / 1e6:20.0f} {r['seconds']:8.2f}")
+    if report["padding"]:
+        pad = report["padding"]
+        print(f"padding: fixed {pad['fixed_padding_frac']:.1%} of computed tokens, token budget "
+              f"{pad['budget_padding_frac']:.1%}; {pad['padding_removed_frac']:.1%} of the padding removed")  # fmt: skip
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_bench_eval(args: argparse.Namespace) -> int:
     from pacs.bench.eval import run_eval_bench
 
@@ -259,9 +278,9 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from pacs.train.__main__ import run
+    from pacs.train.launch import launch
 
-    return run(args.config, args.out, args.restart_on_change)
+    return launch(args.config, args.out, args.restart_on_change, args.nproc_per_node, args.nnodes)
 
 
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -316,6 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--out", type=Path, default=Path("results/bench/train.json"))
     bt.set_defaults(func=cmd_bench_train)
 
+    bm = what.add_parser("memory", help="log-prob peak memory, full logits vs chunks; padding of token budgets")
+    bm.add_argument("--sizes", nargs="+", default=["2x1024x32768x256", "8x2048x32768x256"], help="ROWSxTxVOCABxHIDDEN")
+    bm.add_argument("--chunk-size", type=int, default=1024)
+    bm.add_argument("--problems", type=Path, help="JSON list of {problem, solution}: padding on their token lengths")
+    bm.add_argument("--tokenizer", type=Path, default=Path("results/tiny/model"))
+    bm.add_argument("--n", type=int, default=8)
+    bm.add_argument("--micro-batch-size", type=int, default=4, help="prompts per fixed micro-batch")
+    bm.add_argument("--budget", type=int, help="tokens per micro-batch (default: micro-batch-size groups of the mean)")
+    bm.add_argument("--out", type=Path, default=Path("results/bench/memory.json"))
+    bm.set_defaults(func=cmd_bench_memory)
     be = what.add_parser("eval", help="evaluation samples/s and tokens/s of each engine")
     be.add_argument("--model", default="results/tiny/model")
     be.add_argument("--data", type=Path, default=Path("results/tiny/data/heldout.parquet"))
@@ -401,10 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--out", type=Path, required=True)
     rs.set_defaults(func=cmd_report_summary)
 
-    tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; under torchrun for DDP")
+    tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself")
     tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")
     tr.add_argument("--out", type=Path, required=True, help="run directory: config, metrics, checkpoints")
     tr.add_argument("--restart-on-change", action="store_true", help="DIR under another config: delete it, not refuse")
+    tr.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (GPUs); above 1 starts torchrun")
+    tr.add_argument(
+        "--nnodes", type=int, default=1, help="nodes of the SLURM allocation: one torchrun per node via srun"
+    )
     tr.set_defaults(func=cmd_train)
     return parser
 

@@ -17,8 +17,10 @@ from pacs.models.tiny import eos_token_ids
 from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 from pacs.train.batch import rollout_batch, token_logprobs, token_values
-from pacs.train.distributed import DistEnv, init_distributed, wrap
+from pacs.train.distributed import DistEnv, full_tensors, init_distributed, wrap
+from pacs.train.logprobs import PolicyScorer
 from pacs.train.loop import forward_pass, prepare_whole_batch, update
+from pacs.train.packing import fixed_plan
 from pacs.train.rollouts import rank_share
 
 N = 4
@@ -41,8 +43,10 @@ def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):
     return batch
 
 
-def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, micro_prompts: int, mini_prompts: int):
-    """Old log-probs, values, prepare and one critic + actor update, as ``train_step`` does; returns the models."""
+def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, micro_prompts: int, mini_prompts: int,
+               strategy: str = "ddp", max_tokens: int | None = None, chunk_size: int | None = 1024):  # fmt: skip
+    """Old log-probs, values, prepare and one critic + actor update, as ``train_step`` does; returns the
+    full weights of the policy (and critic) after it, and the actor's metrics."""
     torch.manual_seed(0)
     objective = get_objective(algorithm)
     config = from_dict(objective.config, options)
@@ -50,19 +54,21 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
     rows = torch.from_numpy(prompts[:, None] * N + np.arange(N)).flatten()
     local = {k: v[rows] for k, v in batch.items()}
     policy = AutoModelForCausalLM.from_pretrained(model_path)
-    module = wrap(policy, env)
+    module = wrap(PolicyScorer(policy, chunk_size), env, strategy)
     micro_rows, mini_rows = micro_prompts * N, mini_prompts * N // env.world_size
-    (local["old_logprobs"],) = forward_pass(local, micro_rows, N, lambda m: token_logprobs(module, m, 1.0, False)[:1])
+    plan = fixed_plan(local["rewards"].shape[0] // N, micro_prompts)
+    (local["old_logprobs"],) = forward_pass(local, plan, N, lambda m: token_logprobs(module, m, 1.0)[:1])
     critic = None
     if objective.value_loss is not None:
         cfg = AutoConfig.from_pretrained(model_path, num_labels=1, classifier_dropout=0.0)
         critic = AutoModelForTokenClassification.from_pretrained(model_path, config=cfg)
-        critic_module = wrap(critic, env)
-        (local["values"],) = forward_pass(local, micro_rows, N, lambda m: [token_values(critic_module, m)])
+        critic_module = wrap(critic, env, strategy)
+        (local["values"],) = forward_pass(local, plan, N, lambda m: [token_values(critic_module, m)])
     local.update(prepare_whole_batch(objective, local, N, config, env))
-    sizes = dict(n=N, mini_rows=mini_rows, micro_rows=micro_rows, epochs=1, grad_clip=1.0, env=env)
+    sizes = dict(n=N, mini_rows=mini_rows, micro_rows=micro_rows, epochs=1, grad_clip=1.0, env=env,
+                 max_tokens=max_tokens)  # fmt: skip
     if critic is not None:
-        optimizer = torch.optim.SGD(critic.parameters(), lr=0.5)
+        optimizer = torch.optim.SGD(critic_module.parameters(), lr=0.5)
 
         def value_loss(m):
             return objective.value_loss({**m, "new_values": token_values(critic_module, m)}, config)
@@ -70,31 +76,38 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
         update(critic_module, optimizer, value_loss, local, objective.value_reduction(config), **sizes)
 
     def loss(m):
-        return objective.loss({**m, "logprobs": token_logprobs(module, m, 1.0, False)[0]}, N, config)
+        return objective.loss({**m, "logprobs": token_logprobs(module, m, 1.0)[0]}, N, config)
 
-    optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)  # SGD: parameters move with the gradient itself
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.5)  # SGD: parameters move with the gradient itself
     metrics = update(module, optimizer, loss, local, objective.reduction(config), **sizes)
-    return policy, critic, metrics
+    full = {"policy": dict(full_tensors(policy)), "critic": dict(full_tensors(critic)) if critic else None}
+    return full["policy"], full["critic"], metrics
 
 
 def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorithm, options, out_file) -> None:
+    """Both strategies on the same batch, and fsdp with token-budget micro-batches; rank 0 saves them all."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     env = init_distributed(rank, world)
     batch = torch.load(batch_file)
-    policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1, mini_prompts=4)
+    results = {}
+    for name, strategy, max_tokens in (("ddp", "ddp", None), ("fsdp", "fsdp", None), ("fsdp-tokens", "fsdp", 400)):
+        policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1,
+                                             mini_prompts=4, strategy=strategy, max_tokens=max_tokens)  # fmt: skip
+        results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
-        state = {"policy": policy.state_dict(), "critic": critic.state_dict() if critic else None, "metrics": metrics}
-        torch.save(state, out_file)
+        torch.save(results, out_file)
     torch.distributed.destroy_process_group()
 
 
 def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> None:
-    """Start ``command`` and SIGKILL it as soon as ``ready()``; fails if it ended on its own first."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Start ``command`` and SIGKILL it, with every process it started (torchrun's ranks), as soon as
+    ``ready()``; fails if it ended on its own first."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
     while proc.poll() is None:
         if ready():
-            proc.send_signal(signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
             break
         time.sleep(poll_s)
     proc.wait()
@@ -123,7 +136,7 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
         completions = engine.generate(prompts, SamplingParams(n=N, max_tokens=16, seed=1, logprobs=True))
         batch = rollout_batch(prompts, completions, tokenizer.pad_token_id)
         with torch.no_grad():
-            batch["old_logprobs"] = token_logprobs(policy, batch, 1.0, False)[0]
+            batch["old_logprobs"] = token_logprobs(PolicyScorer(policy, 1024), batch, 1.0)[0]
         return logprob_gap(batch, completions, DistEnv())
 
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=16)

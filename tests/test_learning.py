@@ -13,13 +13,11 @@ engine, a model build whose held-out accuracy starts at 0.475): over the 8 runs,
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
-from conftest import write_run_config
 
 from pacs.bench.train import VARIANTS, bench_config
 
@@ -53,41 +51,3 @@ def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path,
     seconds = sum(r.get("time/step", 0.0) for r in records) / 40
     print(f"{run}: held-out greedy accuracy {accuracy[0]:.3f} -> {accuracy[40]:.3f}, {seconds:.2f} s/step")
     assert accuracy[40] >= accuracy[0] + MARGIN, accuracy
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_torchrun_two_ranks(engine, tiny_model, toy_data, tmp_path, request):
-    """With vllm, each rank starts its own engine in its process (vLLM's external launcher, in the
-    trainer's process group) and samples its own share of the groups."""
-    if engine == "vllm":
-        request.getfixturevalue("vllm_installed")
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    rollout = {"engine": engine, **({"vllm": {"enforce_eager": True}} if engine == "vllm" else {})}
-    config = write_run_config(
-        tmp_path / "run.yaml", tiny_model, toy_data, algorithm={"name": "grpo"}, rollout=rollout,
-        trainer={"total_steps": 2, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2},
-    )  # fmt: skip
-    out = tmp_path / "ddp"
-    cmd = [
-        torchrun,
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "pacs.train",
-        "--config",
-        str(config),
-        "--out",
-        str(out),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [0, 1, 2]  # rank 0 alone logs
-    assert records[1]["verifier/correct"] + records[1]["verifier/wrong"] + records[1]["verifier/no_answer"] == 64
-    last = out / "checkpoints" / "step_000002"
-    assert (last / "rng_rank0.pt").exists() and (last / "rng_rank1.pt").exists()
-    if engine == "vllm":  # both ranks' engines sample from the weights both ranks trained
-        assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in records[1:]), records

@@ -6,6 +6,7 @@ from transformers import AutoModelForCausalLM
 from pacs.rollout import Completion
 from pacs.train.batch import group_slices, rollout_batch, token_logprobs, trimmed
 from pacs.train.distributed import DistEnv
+from pacs.train.logprobs import PolicyScorer
 from pacs.train.rollouts import step_rows
 
 VARIANTS = [
@@ -34,7 +35,7 @@ def test_padded_logprobs_equal_unpadded_ones(raw_tiny_model, toy_data):
     """Left padding, position ids and the shift by one must give each row its own unpadded log-probs."""
     batch = fixed_batch(raw_tiny_model, toy_data, prompts=3)
     model = AutoModelForCausalLM.from_pretrained(raw_tiny_model)
-    logprobs, entropy = token_logprobs(model, batch, 1.0, with_entropy=True)
+    logprobs, entropy = token_logprobs(PolicyScorer(model, chunk_size=5), batch, 1.0, "no_grad")
     for i in range(batch["input_ids"].shape[0]):
         ids = batch["input_ids"][i][batch["attention_mask"][i].bool()]
         length = int(batch["response_mask"][i].sum())
@@ -64,23 +65,31 @@ def test_step_rows_cover_each_epoch_once():
 
 
 @pytest.mark.parametrize("algorithm, options", VARIANTS)
-def test_micro_batch_size_does_not_change_the_update(raw_tiny_model, toy_data, algorithm, options):
+def test_micro_batches_and_logprob_chunks_do_not_change_the_update(raw_tiny_model, toy_data, algorithm, options):
+    """One prompt per micro-batch, four, a token budget (micro-batches of 1 to 3 groups), and the full-logits
+    log-probs instead of chunks: the same update."""
     batch = fixed_batch(raw_tiny_model, toy_data)
-    one, critic_one, m1 = one_update(
-        raw_tiny_model, batch, algorithm, options, DistEnv(), micro_prompts=1, mini_prompts=4
-    )
-    four, critic_four, m4 = one_update(
-        raw_tiny_model, batch, algorithm, options, DistEnv(), micro_prompts=4, mini_prompts=4
-    )
+    runs = {
+        "micro 1": dict(micro_prompts=1),
+        "micro 4": dict(micro_prompts=4),
+        "tokens": dict(micro_prompts=1, max_tokens=600),  # groups cost 180: micro-batches of 3 and 1
+        "full logits": dict(micro_prompts=2, chunk_size=None),
+    }
+    out = {
+        k: one_update(raw_tiny_model, batch, algorithm, options, DistEnv(), mini_prompts=4, **v)
+        for k, v in runs.items()
+    }
     start = AutoModelForCausalLM.from_pretrained(raw_tiny_model).state_dict()
-    for name, p in one.state_dict().items():
-        torch.testing.assert_close(p, four.state_dict()[name], atol=2e-6, rtol=1e-5)
-    assert any(not torch.equal(p, start[k]) for k, p in one.state_dict().items())
-    if critic_one is not None:
-        for name, p in critic_one.state_dict().items():
-            torch.testing.assert_close(p, critic_four.state_dict()[name], atol=2e-6, rtol=1e-5)
-    assert m1["optimizer_steps"] == m4["optimizer_steps"] == 2
-    assert m1["loss"] == pytest.approx(m4["loss"], rel=1e-4, abs=1e-6)
+    one, critic_one, m1 = out["micro 1"]
+    assert any(not torch.equal(p, start[k]) for k, p in one.items())
+    for name, (policy, critic, metrics) in out.items():
+        for k, p in one.items():
+            torch.testing.assert_close(policy[k], p, atol=2e-6, rtol=1e-5, msg=f"{name}: {k}")
+        if critic_one is not None:
+            for k, p in critic_one.items():
+                torch.testing.assert_close(critic[k], p, atol=2e-6, rtol=1e-5, msg=f"{name}: critic {k}")
+        assert metrics["optimizer_steps"] == 2
+        assert metrics["loss"] == pytest.approx(m1["loss"], rel=1e-4, abs=1e-6), name
 
 
 def test_non_finite_gradients_skip_the_step_and_are_counted():

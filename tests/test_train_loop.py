@@ -81,7 +81,8 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
     assert load_run_config(uninterrupted / "config.yaml") == load_run_config(config)
     assert [s for s, _ in ckpt.complete_checkpoints(uninterrupted / "checkpoints")] == [2, 4, 6]
     last = ckpt.checkpoint_dir(uninterrupted / "checkpoints", 6)
-    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "trainer_state.pt"):
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "trainer_state.pt",
+                 "optimizer/.metadata"):  # fmt: skip
         assert (last / name).is_file(), name
     model = AutoModelForCausalLM.from_pretrained(last)
     assert AutoTokenizer.from_pretrained(last).chat_template
@@ -101,19 +102,19 @@ def test_killed_run_resumes_bitwise(uninterrupted, config, tmp_path):
 
 def test_crash_while_writing_a_checkpoint_resumes_bitwise(uninterrupted, config, tmp_path, monkeypatch):
     out = tmp_path / "crashed"
-    write = ckpt.save_trainer_state
+    write = ckpt.save_optimizers
 
-    def crash_at_step_4(staging, state):
-        write(staging, state)
-        if state["step"] == 4:
+    def crash_at_step_4(staging, pairs):
+        write(staging, pairs)
+        if staging.name == ".step_000004.tmp":
             raise KeyboardInterrupt("killed while writing the checkpoint")
 
-    monkeypatch.setattr(ckpt, "save_trainer_state", crash_at_step_4)
+    monkeypatch.setattr(ckpt, "save_optimizers", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
         train(load_run_config(config), out)
-    assert (out / "checkpoints" / ".step_000004.tmp" / "trainer_state.pt").exists()  # written, never published
+    assert (out / "checkpoints" / ".step_000004.tmp" / "optimizer").is_dir()  # written, never published
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
-    monkeypatch.setattr(ckpt, "save_trainer_state", write)
+    monkeypatch.setattr(ckpt, "save_optimizers", write)
     assert train(load_run_config(config), out)["start_step"] == 2
     assert not (out / "checkpoints" / ".step_000004.tmp").exists()
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))

@@ -179,7 +179,8 @@ def slurm_cluster():
         if os.environ.get("CI"):
             pytest.fail("; ".join(problems))
         pytest.skip("; ".join(problems))
-    env = {**os.environ, "SLURM_CPUS": "4"}  # 4 job slots on 2 cores: SLURM's per-job overhead overlaps
+    # 4 job slots on 2 cores (SLURM's per-job overhead overlaps); 2 fake GPUs (null devices) to schedule GPU jobs
+    env = {**os.environ, "SLURM_CPUS": "4", "SLURM_GPUS": "2"}
     done = subprocess.run(["bash", str(scripts / "start-local-slurm.sh")], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -190,13 +191,15 @@ def slurm_cluster():
 @pytest.mark.slow
 def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tmp_path):
     """`snakemake --profile slurm all` as the README sets it up: the bare name resolves through
-    ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm."""
+    ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm. Training jobs ask for 2
+    (fake) GPUs: SLURM schedules them, and each runs its launcher once, which starts 2 ranks (DDP on CPU)."""
     xdg = tmp_path / "xdg"
     (xdg / "snakemake").mkdir(parents=True)
     (xdg / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
     workdir = tmp_path / "run"
     workdir.mkdir()
-    local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)}})
+    local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)},
+                                             "resources": {"train": {"gpu": 2}}})  # fmt: skip
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "XDG_CONFIG_HOME": str(xdg), "SBATCH_PARTITION": "debug"}  # fmt: skip
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
@@ -210,3 +213,11 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tmp_path):
     results = workdir / "results" / "tiny"
     assert (results / "REPORT.md").is_file() and (results / "tables" / "tiny.tex").is_file()
     assert len(pd.read_csv(results / "tables" / "comparison.csv")) > 0
+    runs = sorted((results / "runs").glob("*/*/launches.jsonl"))
+    assert runs, "no training run recorded its launch"
+    for path in runs:  # one launcher per job (not one per GPU), inside the job, over both GPUs
+        launches = [json.loads(x) for x in path.read_text().splitlines()]
+        assert len(launches) == 1, launches
+        assert launches[0]["slurm_job"] and launches[0]["visible_devices"] == "0,1", launches
+        assert launches[0]["nproc_per_node"] == 2 and "torch.distributed.run" in launches[0]["command"]
+        assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran

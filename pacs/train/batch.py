@@ -62,31 +62,27 @@ def trimmed(batch: Batch) -> Batch:
     return out
 
 
-def _response_logits(model, batch: Batch) -> Tensor:
-    width_t = batch["response_mask"].shape[1]
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-    ).logits
-    # the logits at position j predict token j + 1: the response's come from the prompt's last token on
-    return logits[:, -width_t - 1 : -1]
-
-
-def token_logprobs(model, batch: Batch, temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-    """log π(o_t | q, o_<t) (B, T) of the response tokens, and the policy's entropy (B, T) if asked.
+def token_logprobs(
+    scorer, batch: Batch, temperature: float, entropy: str | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """log π(o_t | q, o_<t) (B, T) of the response tokens, and the policy's entropy (B, T) if asked
+    ("no_grad" or "grad"); 0 at padding. ``scorer`` is a ``pacs.train.logprobs.PolicyScorer``, wrapped or not.
 
     Logits are divided by the sampling temperature, as verl does, so that π is the sampled distribution.
     """
-    logits = _response_logits(model, batch).float() / temperature  # (B, T, V)
-    targets = batch["input_ids"][:, -logits.shape[1] :]
-    logprobs = torch.log_softmax(logits, -1)
-    chosen = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logprobs.exp() * logprobs).sum(-1) if with_entropy else None
-    return chosen, entropy
+    return scorer(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                  position_ids=batch["position_ids"], response_mask=batch["response_mask"],
+                  temperature=temperature, entropy=entropy)  # fmt: skip
 
 
 def token_values(critic, batch: Batch) -> Tensor:
     """V(q, o_<t) (B, T): the critic's value of the state before each response token."""
-    return _response_logits(critic, batch).squeeze(-1).float()
+    width_t = batch["response_mask"].shape[1]
+    values = critic(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits
+    # the output at position j sees tokens up to j: the response's states start at the prompt's last token
+    return values[:, -width_t - 1 : -1].squeeze(-1).float()
 
 
 def pad_columns(x: Tensor, width: int, value: float = 0.0) -> Tensor:

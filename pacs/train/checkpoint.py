@@ -1,10 +1,11 @@
 """Checkpoints that are complete or absent, and the resume that makes a killed run end bitwise as if never killed.
 
-``DIR/checkpoints/step_000020/`` holds the policy in HF format (safetensors, config, tokenizer,
-generation config, as transformers saves them), ``critic/`` for PPO, ``trainer_state.pt``
-(optimizers, step, counters) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp`` name
-and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
-which resume deletes.
+``DIR/checkpoints/step_000020/`` holds the policy consolidated in HF format (safetensors, config,
+tokenizer, generation config, as transformers saves them: vLLM and transformers load it as it is),
+``critic/`` for PPO, ``optimizer/`` (the optimizers' states, written by ``torch.distributed.checkpoint``:
+each rank writes its own shards, so no rank ever holds the whole state), ``trainer_state.pt`` (step,
+counters) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp`` name and renamed when every
+file is on disk, so a crash mid-write leaves only a ``.tmp`` directory, which resume deletes.
 """
 
 import os
@@ -48,19 +49,43 @@ def staging_dir(root: Path, step: int) -> Path:
     return Path(root) / f".{checkpoint_dir(root, step).name}.tmp"
 
 
-def save_models(staging: Path, policy, tokenizer, critic=None) -> None:
-    policy.save_pretrained(staging, safe_serialization=True)
+def save_models(staging: Path, policy, tokenizer, critic, full: dict) -> None:
+    """``full["policy"]`` (and ``full["critic"]``): every full tensor by name, gathered from the shards."""
+    policy.save_pretrained(staging, state_dict=full["policy"], safe_serialization=True)
     tokenizer.save_pretrained(staging)
     if critic is not None:
-        critic.save_pretrained(staging / "critic", safe_serialization=True)
+        critic.save_pretrained(staging / "critic", state_dict=full["critic"], safe_serialization=True)
+
+
+def save_optimizers(staging: Path, pairs: dict) -> None:
+    """``pairs``: name -> (module, optimizer). A collective: every rank writes its shards into ``optimizer/``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({k: get_optimizer_state_dict(m, o) for k, (m, o) in pairs.items()}, checkpoint_id=staging / "optimizer")
+
+
+def load_optimizers(path: Path, pairs: dict) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    state = {k: get_optimizer_state_dict(m, o) for k, (m, o) in pairs.items()}
+    dcp.load(state, checkpoint_id=path / "optimizer")
+    for k, (m, o) in pairs.items():
+        set_optimizer_state_dict(m, o, state[k])
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
 
@@ -69,7 +94,7 @@ def save_rank_state(staging: Path, rank: int) -> None:
     torch.save(rng_state(), staging / f"rng_rank{rank}.pt")
 
 
-def save_trainer_state(staging: Path, state: dict) -> None:
+def save_counters(staging: Path, state: dict) -> None:
     torch.save(state, staging / "trainer_state.pt")
 
 
@@ -89,8 +114,10 @@ def publish(staging: Path, root: Path, step: int, keep_last: int | None) -> Path
     return final
 
 
-def load_trainer_state(path: Path, rank: int) -> tuple[dict, dict | None]:
-    """The trainer state and this rank's RNG state (None if the checkpoint came from fewer ranks)."""
+def load_trainer_state(path: Path, rank: int, optimizers: dict) -> tuple[dict, dict | None]:
+    """Loads the optimizers' states into ``optimizers`` (name -> (module, optimizer)); returns the counters
+    and this rank's RNG state (None if the checkpoint came from fewer ranks)."""
+    load_optimizers(path, optimizers)
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     rng = path / f"rng_rank{rank}.pt"
     return state, (torch.load(rng, weights_only=False) if rng.exists() else None)

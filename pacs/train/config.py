@@ -77,13 +77,28 @@ class TrainerConfig:
     batch_size: int = 1024  # prompts per step (× n samples)
     mini_batch_size: int = 256  # prompts per optimizer step
     micro_batch_size: int = 4  # prompts per forward/backward on one rank; gradients accumulate
+    # pack whole groups into micro-batches of at most this many tokens (padding counted) instead, dealing each
+    # mini-batch's groups to ranks by tokens; null: micro_batch_size prompts
+    max_tokens_per_micro_batch: int | None = None
     epochs: int = 1  # passes over each step's batch
     seed: int = 0
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # how models spread over ranks: replicated, or FSDP2-sharded
+    # fsdp: the dtype layers compute in (parameters all-gathered and cast; master weights, gradient reduction
+    # and optimizer state stay in model.dtype / fp32); null: model.dtype. The rollout engine samples in it too
+    compute_dtype: Literal["float32", "bfloat16"] | None = None
+    gradient_checkpointing: bool = False  # recompute each decoder layer's activations in backward
+    # positions per chunk of the LM head in the log-prob and entropy computations; null: whole micro-batch logits
+    logprob_chunk_size: int | None = 1024
 
     def __post_init__(self):
         for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_tokens_per_micro_batch", "logprob_chunk_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"trainer.{name} must be >= 1 or null, got {getattr(self, name)}")
+        if self.compute_dtype not in (None, "float32") and self.strategy != "fsdp":
+            raise ValueError(f"trainer.compute_dtype {self.compute_dtype} needs trainer.strategy fsdp")
         if self.batch_size % self.mini_batch_size:
             raise ValueError(
                 f"trainer.mini_batch_size {self.mini_batch_size} must divide trainer.batch_size {self.batch_size}"
@@ -160,8 +175,9 @@ def resolve(data: dict) -> RunConfig:
     optim = dict(data.get("optim") or {})
     optim.setdefault("grad_clip", DEFAULT_GRAD_CLIP.get(name))
     data["optim"] = optim
-    rollout, model = dict(data.get("rollout") or {}), data.get("model")
+    rollout, model, trainer = dict(data.get("rollout") or {}), data.get("model"), data.get("trainer")
     dtype = model.get("dtype", "float32") if isinstance(model, dict) else "float32"
+    dtype = (trainer.get("compute_dtype") if isinstance(trainer, dict) else None) or dtype  # what log-probs see
     rollout.setdefault("max_logprob_gap", DEFAULT_LOGPROB_GAP.get(dtype, DEFAULT_LOGPROB_GAP["float32"]))
     data["rollout"] = rollout
     config = from_dict(RunConfig, data)

@@ -1,6 +1,9 @@
 """Data parallelism over ranks started by torchrun: whole groups per rank, gradients averaged.
 
-With one process nothing here touches torch.distributed, so ``pacs train`` runs without torchrun.
+``trainer.strategy`` picks how a model is spread over ranks: ``ddp`` replicates it (weights, gradients
+and optimizer state on every rank); ``fsdp`` shards all three with FSDP2 (``fully_shard`` per decoder
+layer, then the root), optionally computing in bfloat16 over fp32 master weights. With one process
+nothing here touches torch.distributed, so ``pacs train`` runs without torchrun.
 """
 
 from contextlib import nullcontext
@@ -17,6 +20,7 @@ from pacs.train.batch import pad_columns
 class DistEnv:
     rank: int = 0
     world_size: int = 1
+    device: str = "cpu"  # where models and micro-batches go: cuda:LOCAL_RANK on a GPU node
 
     @property
     def main(self) -> bool:
@@ -27,22 +31,59 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(rank: int, world_size: int) -> DistEnv:
-    """Join the process group torchrun set up (gloo on CPU, nccl on GPU)."""
+def init_distributed(rank: int, world_size: int, local_rank: int = 0) -> DistEnv:
+    """Join the process group torchrun set up: gloo on CPU; on GPU nccl for CUDA tensors and gloo for the
+    CPU tensors the loop reduces (counts, metrics)."""
+    device = "cpu"
+    if torch.cuda.is_available():
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world_size)
-    return DistEnv(rank, world_size)
+        backend = "cpu:gloo,cuda:nccl" if device != "cpu" else "gloo"
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return DistEnv(rank, world_size, device)
 
 
-def wrap(model: torch.nn.Module, env: DistEnv) -> torch.nn.Module:
-    """DDP when there are several ranks: it broadcasts rank 0's weights and averages gradients."""
-    if not env.active:
-        return model
-    return torch.nn.parallel.DistributedDataParallel(model)
+def wrap(model: torch.nn.Module, env: DistEnv, strategy: str = "ddp", compute_dtype: torch.dtype | None = None):
+    """The model on this rank's device, spread by ``strategy`` when there are several ranks: DDP (rank 0's
+    weights broadcast, gradients all-reduced) or FSDP2 (each rank keeps 1/world of every parameter, its
+    gradient and its optimizer state; layers are all-gathered for their forward and backward, gradients
+    reduce-scattered in fp32). ``compute_dtype`` (fsdp only) casts the gathered parameters for compute."""
+    if not env.active or strategy == "ddp":
+        model = model.to(env.device)
+        if not env.active:
+            return model
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[env.device] if "cuda" in env.device else None
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(env.device.split(":")[0], (env.world_size,))
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    layers = set(getattr(model, "_no_split_modules", None) or ())
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules) to shard")
+    for module in model.modules():
+        if type(module).__name__ in layers:
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+    # the root too is resharded after each forward: left gathered (FSDP2's default for the root), its
+    # module.parameters() would be the gathered copies, which no gradient or optimizer step reaches
+    return fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
 
 
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+def full_tensors(model: torch.nn.Module):
+    """``(name, full tensor)`` of the model's state dict, one tensor at a time: an FSDP shard is all-gathered
+    (a collective: every rank must iterate), a plain tensor is itself. Tied weights appear under both names."""
+    from torch.distributed.tensor import DTensor
+
+    for name, value in model.state_dict().items():
+        yield name, value.full_tensor() if isinstance(value, DTensor) else value
+
+
+def total_norm(norm: Tensor) -> Tensor:
+    """``clip_grad_norm_``'s result as a plain tensor (under FSDP it is a DTensor)."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 def no_sync(model: torch.nn.Module, sync: bool):

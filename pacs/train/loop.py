@@ -25,7 +25,18 @@ from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
 from pacs.train.config import RunConfig, objective_config
-from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier, no_sync, wrap
+from pacs.train.distributed import (
+    DistEnv,
+    all_gather_rows,
+    all_reduce,
+    barrier,
+    full_tensors,
+    no_sync,
+    total_norm,
+    wrap,
+)
+from pacs.train.logprobs import PolicyScorer
+from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, policy_weights, rollout
 from pacs.verify import VerifierPool
@@ -49,6 +60,9 @@ def load_prompts(files: list[str], tokenizer, max_prompt_length: int) -> Prompts
 
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
     t = config.trainer
+    if env.active and t.strategy == "fsdp" and config.rollout.engine == "hf":
+        raise ValueError("rollout.engine hf samples from the policy object itself, which trainer.strategy fsdp "
+                         "shards over ranks: use rollout.engine vllm, or trainer.strategy ddp")  # fmt: skip
     if t.batch_size % env.world_size or (t.mini_batch_size // env.world_size) % t.micro_batch_size:
         raise ValueError(
             f"with {env.world_size} rank(s), trainer.batch_size ({t.batch_size}) and trainer.mini_batch_size "
@@ -57,12 +71,32 @@ def check_sizes(config: RunConfig, env: DistEnv) -> None:
         )
 
 
+def micro_batch(batch: Batch, micro: Micro, n: int, device: str) -> Batch:
+    rows = micro.rows(n)
+    return {k: v.to(device) for k, v in trimmed({k: v[rows] for k, v in batch.items()}).items()}
+
+
+def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Micro]:
+    """This rank's micro-batches of its rows for a no-grad pass: by token budget, or micro_batch_size prompts."""
+    t = config.trainer
+    if t.max_tokens_per_micro_batch:
+        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env)
+    return fixed_plan(batch["response_mask"].shape[0] // n, t.micro_batch_size)
+
+
 @torch.no_grad()
-def forward_pass(batch: Batch, rows: int, n: int, fn) -> list[torch.Tensor]:
-    """``fn(micro) -> tensors (rows, T')`` over micro-batches, each padded back to the batch's T."""
-    width = batch["response_mask"].shape[1]
-    parts = [fn(trimmed(m)) for m in group_slices(batch, rows, n)]
-    return [torch.cat([pad_columns(p[j], width) for p in parts]) for j in range(len(parts[0]))]
+def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu") -> list[torch.Tensor]:
+    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU."""
+    shape = batch["response_mask"].shape
+    out: list[torch.Tensor] = []
+    for micro in plan:
+        parts = fn(micro_batch(batch, micro, n, device))
+        if not micro.scale:  # a filler pass, there only to keep the ranks' collectives in step
+            continue
+        out = out or [torch.zeros(shape, dtype=torch.float32) for _ in parts]
+        for o, p in zip(out, parts, strict=True):
+            o[micro.rows(n)] = pad_columns(p.float().cpu(), shape[1])
+    return out
 
 
 def prepare_whole_batch(objective: Objective, batch: Batch, n: int, options, env: DistEnv) -> dict:
@@ -89,13 +123,17 @@ def update(
     epochs: int,
     grad_clip: float | None,
     env: DistEnv,
+    max_tokens: int | None = None,
 ) -> dict:
     """Optimizer steps over mini-batches of whole groups.
 
     Each micro-batch's loss is weighted by its share of the global mini-batch (its sequences or tokens;
-    1 for a "sum" reduction), times world_size since DDP averages over ranks: the accumulated gradient
-    is then the gradient of the objective on the whole global mini-batch, for any micro-batch size and
-    any number of ranks. Metrics are averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss.
+    1 for a "sum" reduction), times world_size since DDP and FSDP average gradients over ranks: the
+    accumulated gradient is then the gradient of the objective on the whole global mini-batch, for any
+    micro-batches and any number of ranks. Micro-batches are ``micro_rows`` rows of this rank's share, or,
+    with ``max_tokens``, the global mini-batch's groups dealt to ranks by tokens and packed up to the
+    budget (``pacs.train.packing``). Metrics are averaged the same way (by rows for "sum"); ``loss`` is the
+    mini-batch loss.
     """
     units = {
         "sequences": lambda b: float(b["response_mask"].shape[0]),
@@ -104,21 +142,26 @@ def update(
     }[reduction]
     totals: dict[str, float] = {}
     grad_norms, skipped = [], 0
-    params = [p for p in module.parameters() if p.requires_grad]
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # under fsdp: the shards
     for _ in range(epochs):
         for mini in group_slices(batch, mini_rows, n):
-            global_units = float(all_reduce(torch.tensor(units(mini)), env))
-            micros = list(group_slices(mini, micro_rows, n))
-            for i, micro in enumerate(micros):
-                share = units(micro) / global_units
-                weight = 1.0 if reduction == "sum" else share
-                with no_sync(module, sync=i == len(micros) - 1):
-                    loss, metrics = loss_fn(trimmed(micro))
+            if max_tokens:
+                mini, plan = balanced_plan(mini, n, max_tokens, env)
+            else:
+                plan = fixed_plan(mini_rows // n, micro_rows // n)
+            local_units = sum(units({k: v[m.rows(n)] for k, v in mini.items()}) for m in plan if m.scale)
+            global_units = float(all_reduce(torch.tensor(float(local_units)), env))
+            for i, m in enumerate(plan):
+                micro = micro_batch(mini, m, n, env.device)
+                share = units(micro) / global_units * m.scale
+                weight = m.scale if reduction == "sum" else share
+                with no_sync(module, sync=i == len(plan) - 1):
+                    loss, metrics = loss_fn(micro)
                     (loss * weight * env.world_size).backward()
                 metrics = {**metrics, "loss": loss.detach()}
                 for k, v in metrics.items():
                     totals[k] = totals.get(k, 0.0) + float(v) * (weight if k == "loss" else share)
-            norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
+            norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
             if torch.isfinite(norm):
                 optimizer.step()
             else:  # every rank holds the same all-reduced gradient, so every rank skips
@@ -141,7 +184,9 @@ def _adamw(params, lr: float, optim) -> torch.optim.AdamW:
 
 @dataclass
 class Models:
-    """What a run trains and samples from; ``policy_module``/``critic_module`` are the DDP-wrapped ones."""
+    """What a run trains and samples from. ``policy`` is the HF model (its parameters sharded under fsdp);
+    ``policy_module`` the ``PolicyScorer`` around it and ``critic_module`` the critic, as DDP or FSDP spread
+    them; ``reference`` a scorer, sharded under fsdp."""
 
     tokenizer: object
     policy: torch.nn.Module
@@ -158,44 +203,64 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
     """The policy (and critic) from the latest checkpoint when resuming, else from ``model``; the reference
     is always the starting model."""
     torch.manual_seed(config.trainer.seed)  # the critic's new value head
-    dtype = getattr(torch, config.model.dtype)
+    t, dtype = config.trainer, getattr(torch, config.model.dtype)
+    compute = getattr(torch, t.compute_dtype) if t.compute_dtype else None
+
+    def spread(model: torch.nn.Module, trained: bool = True) -> torch.nn.Module:
+        if t.gradient_checkpointing and trained:
+            hf = model.model if isinstance(model, PolicyScorer) else model
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
+        if not trained and (t.strategy == "ddp" or not env.active):
+            return model.to(env.device)  # nothing to synchronise
+        return wrap(model, env, t.strategy, compute)
+
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
-    models = Models(
-        AutoTokenizer.from_pretrained(config.model.path),
-        policy,
-        wrap(policy, env),
-        _adamw(policy.parameters(), config.optim.lr, config.optim),
-    )
+    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size))
+    models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
+                    _adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
     if "ref_logprobs" in needs:
-        models.reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
-        models.reference.eval().requires_grad_(False)
+        reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
+        reference.eval().requires_grad_(False)
+        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size), trained=False)
     if objective.value_loss is not None:
         path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
         critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
         models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
-        models.critic_module = wrap(models.critic, env)
-        models.critic_optimizer = _adamw(models.critic.parameters(), config.optim.critic_lr, config.optim)
+        models.critic_module = spread(models.critic)
+        models.critic_optimizer = _adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
     if resume:
-        state, rng = ckpt.load_trainer_state(resume, env.rank)
-        models.optimizer.load_state_dict(state["optimizer"])
-        if models.critic_optimizer:
-            models.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        state, rng = ckpt.load_trainer_state(resume, env.rank, optimizer_modules(models))
         models.skipped_steps = state["skipped_steps"]
         if rng is not None:
             ckpt.set_rng_state(rng)
     return models
 
 
+def optimizer_modules(models: Models) -> dict:
+    """The optimizers by checkpoint name, each with the module whose parameters it steps."""
+    pairs = {"optimizer": (models.policy_module, models.optimizer)}
+    if models.critic_optimizer is not None:
+        pairs["critic_optimizer"] = (models.critic_module, models.critic_optimizer)
+    return pairs
+
+
 def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None, env: DistEnv) -> None:
+    """The models consolidated in HF format by rank 0, the optimizers sharded by every rank (DCP)."""
     staging = ckpt.staging_dir(root, step)
     if env.main:
         ckpt.remove_partial(root)
         staging.mkdir(parents=True)
-        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic)
-        optimizers = {"optimizer": models.optimizer, "critic_optimizer": models.critic_optimizer}
-        state = {k: o.state_dict() if o else None for k, o in optimizers.items()}
-        ckpt.save_trainer_state(staging, {"step": step, "skipped_steps": models.skipped_steps, **state})
     barrier(env)
+    weights = {"policy": full_tensors(models.policy)}
+    if models.critic is not None:
+        weights["critic"] = full_tensors(models.critic)
+    full = {k: {name: t.cpu() for name, t in w} for k, w in weights.items()}  # a collective under fsdp
+    if env.main:
+        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic, full)
+        ckpt.save_counters(staging, {"step": step, "skipped_steps": models.skipped_steps})
+    del full
+    ckpt.save_optimizers(staging, optimizer_modules(models))
     ckpt.save_rank_state(staging, env.rank)
     barrier(env)
     if env.main:
@@ -207,17 +272,18 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
     """Old log-probs, reference log-probs and values, once per step, then ``prepare`` on the global batch.
     Returns the policy's entropy (B, T) for logging."""
     objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
-    micro_rows, temperature = config.trainer.micro_batch_size * n, config.rollout.temperature or 1.0
+    temperature = config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
+    plan, device = micro_plan(batch, n, config, env), env.device
     batch["old_logprobs"], entropy = forward_pass(
-        batch, micro_rows, n, lambda m: token_logprobs(policy, m, temperature, with_entropy=True)
+        batch, plan, n, lambda m: token_logprobs(policy, m, temperature, "no_grad"), device
     )
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(
-            batch, micro_rows, n, lambda m: token_logprobs(reference, m, temperature, False)[:1]
+            batch, plan, n, lambda m: token_logprobs(reference, m, temperature)[:1], device
         )
     if critic is not None:
-        (batch["values"],) = forward_pass(batch, micro_rows, n, lambda m: [token_values(critic, m)])
+        (batch["values"],) = forward_pass(batch, plan, n, lambda m: [token_values(critic, m)], device)
     batch.update(prepare_whole_batch(objective, batch, n, options, env))
     return entropy
 
@@ -228,7 +294,7 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv)
     t, temperature = config.trainer, config.rollout.temperature or 1.0
     policy, critic, record = models.policy_module, models.critic_module, {}
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
-                 epochs=t.epochs, env=env)  # fmt: skip
+                 epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch)  # fmt: skip
     if critic is not None:
 
         def critic_loss(micro: Batch):
@@ -241,7 +307,7 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv)
 
     def actor_loss(micro: Batch):
         with_entropy = "entropy" in objective.needs(options)
-        logprobs, entropy = token_logprobs(policy, micro, temperature, with_entropy)
+        logprobs, entropy = token_logprobs(policy, micro, temperature, "grad" if with_entropy else None)
         return objective.loss({**micro, "logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})},
                               n, options)  # fmt: skip
 
@@ -265,7 +331,7 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
     record = {"step": step + 1, **gap, **update_models(batch, config, models, env)}
     timer["update"] = time.perf_counter()
-    engine.update_weights(policy_weights(models.policy))
+    engine.update_weights(policy_weights(models.policy))  # a collective under fsdp
     timer["weight_push"] = time.perf_counter()
 
     record.update(rollout_stats(batch, completions, verdicts, config.rollout.n, env))

@@ -64,7 +64,8 @@ def check_run_dir(out: Path, config: RunConfig, restart_on_change: bool = False)
     or with ``restart_on_change`` (what a workflow rerun wants) the old run is deleted first."""
     if restart_on_change and config_changes(out / "config.yaml", to_dict(config)):
         for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.name not in ("launches.jsonl", "logs"):  # what the launcher of this attempt wrote
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
     pin_config(out / "config.yaml", to_dict(config), "a run")
 
 

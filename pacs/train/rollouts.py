@@ -21,7 +21,7 @@ from pacs.rollout import Completion, RolloutEngine, SamplingParams
 from pacs.rollout.base import StaleRolloutError, derived_seed, stop_token_ids
 from pacs.train.batch import Batch, rollout_batch
 from pacs.train.config import RunConfig
-from pacs.train.distributed import DistEnv, all_reduce
+from pacs.train.distributed import DistEnv, all_reduce, full_tensors
 
 
 def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int,
@@ -41,13 +41,15 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
         options = replace(options, max_model_len=longest)
     per_rank = max(config.trainer.batch_size * r.n, heldout_prompts) // env.world_size + 1
     seed = derived_seed(config.trainer.seed, env.rank)
-    return VLLMEngine(str(start), stops, seed, config.model.dtype, per_rank, options, in_process=True)
+    dtype = config.trainer.compute_dtype or config.model.dtype  # sample in the dtype the trainer computes in
+    return VLLMEngine(str(start), stops, seed, dtype, per_rank, options, in_process=True)
 
 
 def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
-    """Full tensors under the HF checkpoint's names, a tied ``lm_head.weight`` included (the state dict
-    lists both names of a tied tensor, unlike ``save_pretrained``)."""
-    yield from policy.state_dict().items()
+    """Full tensors under the HF checkpoint's names, one at a time, a tied ``lm_head.weight`` included (the
+    state dict lists both names of a tied tensor, unlike ``save_pretrained``). Under fsdp each is
+    all-gathered: every rank must consume the iterator."""
+    yield from full_tensors(policy)
 
 
 def step_rows(step: int, num_prompts: int, batch_size: int, seed: int, shuffle: bool) -> np.ndarray:

@@ -127,9 +127,24 @@ write_if_changed(
 
 
 def resources(kind):
-    """A rule's resources from the config: resources.default, updated by resources.<kind>."""
+    """A rule's resources from the config: resources.default, updated by resources.<kind>.
+
+    A GPU job runs its command once: the SLURM plugin would turn `tasks` into --ntasks-per-gpu and run
+    it once per GPU (its issue 459), so tasks_per_gpu is 0. A training job on several nodes asks for
+    `gpu / nodes` GPUs on each node (gres) and one task per node (mpi: the rule's own srun starts them).
+    """
     spec = {**config["resources"].get("default", {}), **config["resources"].get(kind, {})}
-    return {k: v for k, v in spec.items() if v is not None}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if spec.get("gpu"):
+        spec["tasks_per_gpu"] = 0
+    nodes = int(spec.get("nodes", 1))
+    if kind == "train" and nodes > 1:
+        gpus = int(spec.pop("gpu", 0))
+        if gpus % nodes:
+            raise ConfigError(f"config: resources.train.gpu {gpus} must split evenly over its {nodes} nodes")
+        model = spec.pop("gpu_model", None)
+        spec.update(gres=f"gpu:{model + ':' if model else ''}{gpus // nodes}", mpi="srun", tasks=nodes)
+    return spec
 
 
 def prepare_args(dataset):
@@ -154,8 +169,11 @@ def prepare_inputs(dataset):
 
 
 def train_launcher():
-    gpus = int(resources("train").get("gpu", 0))
-    return f"torchrun --standalone --nproc_per_node {gpus} -m pacs.train" if gpus > 1 else "pacs train"
+    """`pacs train` starts torchrun itself: one per node, each over that node's GPUs (pacs.train.launch)."""
+    spec = config["resources"].get("train", {})
+    nodes = int(spec.get("nodes") or 1)
+    per_node = int(spec.get("gpu") or 0) // nodes
+    return f"pacs train --nproc-per-node {max(per_node, 1)} --nnodes {nodes}"
 
 
 def evaluated_model(w):

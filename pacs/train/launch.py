@@ -1,0 +1,138 @@
+"""Where a training run starts, for ``pacs train``, ``python -m pacs.train`` and the workflow alike.
+
+``launch`` decides from the request and the environment:
+- already inside torchrun (``LOCAL_RANK`` set), or one process on one node: train in this process (``run``);
+- several processes on one node: ``torchrun --standalone --nproc_per_node G -m pacs.train ...``;
+- several nodes (inside a SLURM allocation): one ``srun`` step with one task per node, each task a
+  ``torchrun --nnodes N --nproc_per_node G`` that meets the others at a c10d rendezvous on the
+  allocation's first node (a free port found there; the hosts come from ``SLURM_JOB_NODELIST``), each
+  node's output in ``OUT/logs/node{i}.log``.
+Every launcher invocation appends one line to ``OUT/launches.jsonl`` (what it started, where, which job),
+so a job that started its launcher more than once shows it.
+"""
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pacs.config import to_dict
+from pacs.train.config import load_run_config
+
+
+def _wandb_logger(config, out: Path):
+    if config.logging.wandb == "disabled":
+        return None, None
+    import wandb
+
+    run = wandb.init(
+        project=config.logging.project,
+        name=config.logging.run_name or out.name,
+        dir=out,
+        mode=config.logging.wandb,
+        config=to_dict(config),
+        id=f"{out.resolve().name}-{hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:8]}",  # resumes
+        resume="allow",
+    )
+    return run, lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+
+
+def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
+    """Train in this process: one rank of torchrun's RANK/WORLD_SIZE (or the only one); rank 0 alone logs
+    to wandb and writes metrics."""
+    import torch
+    import torch.distributed as dist
+
+    from pacs.train.distributed import init_distributed
+    from pacs.train.loop import train
+
+    config = load_run_config(config_path)
+    env = init_distributed(
+        int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    )
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)
+    try:
+        summary = train(config, out, env, log, restart_on_change)
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+        if env.active and dist.is_initialized():  # a vLLM engine's shutdown may have destroyed it already
+            dist.destroy_process_group()
+    if summary["status"] == "complete":
+        print(f"{out}: already complete at step {summary['final_step']}; nothing to do")
+    else:
+        print(f"{out}: trained steps {summary['start_step'] + 1}..{summary['final_step']}")
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(
+    nnodes: int, nproc_per_node: int, endpoint: str | None, rdzv_id: str, args: list[str]
+) -> list[str]:
+    """torchrun for one node of the run; ``endpoint`` None: a standalone single-node rendezvous."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    if endpoint is None:
+        where = ["--standalone"]
+    else:
+        where = ["--nnodes", str(nnodes), "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", rdzv_id]
+    return [*torchrun, *where, "--nproc_per_node", str(nproc_per_node), "-m", "pacs.train", *args]
+
+
+def slurm_hosts(environ: dict) -> list[str]:
+    if "SLURM_JOB_NODELIST" not in environ:
+        raise RuntimeError("--nnodes > 1 needs a SLURM allocation (SLURM_JOB_NODELIST is not set)")
+    listed = subprocess.run(["scontrol", "show", "hostnames", environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    return listed.stdout.split()
+
+
+def multinode_command(nnodes: int, nproc_per_node: int, hosts: list[str], port: int, job: str, out: Path,
+                      args: list[str]) -> list[str]:  # fmt: skip
+    """One srun step, one task per node, each a torchrun meeting the others on the first host."""
+    if len(hosts) < nnodes:
+        raise RuntimeError(f"--nnodes {nnodes} but the allocation has {len(hosts)} node(s): {' '.join(hosts)}")
+    srun = ["srun", f"--nodes={nnodes}", f"--ntasks={nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--output={out / 'logs' / 'node%n.log'}"]  # fmt: skip
+    return [*srun, *torchrun_command(nnodes, nproc_per_node, f"{hosts[0]}:{port}", job, args)]
+
+
+def record_launch(out: Path, entry: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "launches.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def launch(config_path: Path, out: Path, restart_on_change: bool = False, nproc_per_node: int = 1,
+           nnodes: int = 1) -> int:  # fmt: skip
+    """Start the run as the request and the environment say (module docstring); returns the exit status."""
+    environ = os.environ
+    if "LOCAL_RANK" in environ:  # a rank torchrun started
+        return run(config_path, out, restart_on_change)
+    load_run_config(config_path)  # a bad config fails here, before anything starts
+    args = ["--config", str(config_path), "--out", str(out), *(["--restart-on-change"] if restart_on_change else [])]
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname(), "nnodes": nnodes,
+             "nproc_per_node": nproc_per_node, "slurm_job": environ.get("SLURM_JOB_ID"),
+             "visible_devices": environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
+    if nnodes == 1 and nproc_per_node <= 1:
+        record_launch(out, {**entry, "command": "in-process"})
+        return run(config_path, out, restart_on_change)
+    if nnodes == 1:
+        command = torchrun_command(1, nproc_per_node, None, "", args)
+    else:
+        hosts = slurm_hosts(environ)
+        port = free_port() if socket.gethostname().split(".")[0] == hosts[0].split(".")[0] else 29500
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        command = multinode_command(nnodes, nproc_per_node, hosts, port, environ["SLURM_JOB_ID"], out, args)
+    record_launch(out, {**entry, "command": " ".join(command)})
+    return subprocess.run(command).returncode

@@ -1,0 +1,128 @@
+"""Micro-batches: which rows each forward/backward takes, by a fixed number of prompts or by a token budget.
+
+A micro-batch is always a set of whole groups (rows ``g * n .. g * n + n - 1``): a plan lists group
+indices, never rows. Its cost is what the forward really pays after ``trimmed``: rows × (longest prompt +
+longest response) in it, padding included.
+
+With ``trainer.max_tokens_per_micro_batch`` the groups of each global mini-batch are dealt to ranks
+longest first, each to the rank with the fewest tokens so far, then packed first-fit-decreasing into
+micro-batches up to the budget (a group above the budget alone gets its own). Every rank must run the
+same number of forward/backward passes (FSDP all-gathers inside each), so a rank with fewer splits its
+largest micro-batches, and at last repeats a group with weight 0 (``Micro.scale``).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pacs.train.batch import SEQUENCE_KEYS, Batch, pad_columns
+from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce
+
+
+@dataclass(frozen=True)
+class Micro:
+    groups: list[int]  # group indices into the batch the plan is for
+    scale: float = 1.0  # 0: a filler pass that only keeps ranks in step
+
+    def rows(self, n: int) -> Tensor:
+        return torch.tensor([g * n + j for g in self.groups for j in range(n)])
+
+
+def lengths(batch: Batch) -> tuple[Tensor, Tensor]:
+    """Prompt and response tokens of each row (B,), (B,)."""
+    response = batch["response_mask"].sum(-1)
+    return batch["attention_mask"].sum(-1) - response, response
+
+
+def cost(groups: list[int], prompt: Tensor, response: Tensor, n: int) -> int:
+    """Tokens the micro-batch of these groups computes, padding included."""
+    rows = torch.cat([torch.arange(g * n, g * n + n) for g in groups])
+    return len(rows) * int(prompt[rows].max() + response[rows].max())
+
+
+def fixed_plan(num_groups: int, groups_per_micro: int) -> list[Micro]:
+    return [
+        Micro(list(range(s, min(s + groups_per_micro, num_groups)))) for s in range(0, num_groups, groups_per_micro)
+    ]
+
+
+def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: int) -> list[Micro]:
+    """First-fit decreasing of whole groups into micro-batches of at most ``budget`` tokens (padding counted)."""
+    order = sorted(groups, key=lambda g: (-cost([g], prompt, response, n), g))
+    bins: list[list[int]] = []
+    for g in order:
+        for b in bins:
+            if cost(b + [g], prompt, response, n) <= budget:
+                b.append(g)
+                break
+        else:
+            bins.append([g])
+    return [Micro(sorted(b)) for b in bins]
+
+
+def deal(num_groups: int, prompt: Tensor, response: Tensor, n: int, world_size: int) -> list[list[int]]:
+    """Groups per rank, balancing tokens: longest first, each to the rank with the fewest so far."""
+    load, out = [0] * world_size, [[] for _ in range(world_size)]
+    for g in sorted(range(num_groups), key=lambda g: (-cost([g], prompt, response, n), g)):
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        out[r].append(g)
+        load[r] += cost([g], prompt, response, n)
+    return [sorted(x) for x in out]
+
+
+def equalize(plan: list[Micro], count: int, prompt: Tensor, response: Tensor, n: int) -> list[Micro]:
+    """``count`` micro-batches: split the costliest ones that hold several groups, then add weight-0 fillers."""
+    plan = list(plan)
+    while len(plan) < count:
+        splittable = [m for m in plan if len(m.groups) > 1]
+        if not splittable:
+            break
+        m = max(splittable, key=lambda m: cost(m.groups, prompt, response, n))
+        plan.remove(m)
+        half = len(m.groups) // 2
+        plan += [Micro(m.groups[:half]), Micro(m.groups[half:])]
+    smallest = min(range(len(prompt) // n), key=lambda g: cost([g], prompt, response, n))
+    return plan + [Micro([smallest], 0.0)] * (count - len(plan))
+
+
+def budget_plan(batch: Batch, n: int, budget: int, env: DistEnv) -> list[Micro]:
+    """This rank's micro-batches of its own groups, as many as every other rank's."""
+    prompt, response = lengths(batch)
+    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget)
+    count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
+    return equalize(plan, count, prompt, response, n)
+
+
+def gather_batch(batch: Batch, env: DistEnv) -> Batch:
+    """Every rank's rows in rank order, aligned: sequences left-padded to the longest prompt width, (B, T)
+    tensors right-padded to the longest response width."""
+    if not env.active:
+        return batch
+    width_t = batch["response_mask"].shape[1]
+    width_p = batch["input_ids"].shape[1] - width_t
+    max_p = int(all_reduce(torch.tensor(width_p), env, "max"))
+    max_t = int(all_reduce(torch.tensor(width_t), env, "max"))
+    out = {}
+    for k, v in batch.items():
+        if k in SEQUENCE_KEYS:  # prompt | response: pad left by the prompt gap, right by the response gap
+            v = torch.nn.functional.pad(v, (max_p - width_p, max_t - width_t), value=0)
+        elif v.dim() == 2:
+            v = pad_columns(v, max_t)
+        out[k] = all_gather_rows(v, env)
+    return out
+
+
+def balanced_plan(batch: Batch, n: int, budget: int, env: DistEnv) -> tuple[Batch, list[Micro]]:
+    """The global mini-batch (gathered) and this rank's micro-batches of it: groups dealt to ranks by
+    tokens, packed by ``budget``, as many micro-batches on every rank."""
+    whole = gather_batch(batch, env)
+    prompt, response = lengths(whole)
+    mine = deal(len(prompt) // n, prompt, response, n, env.world_size)[env.rank]
+    plan = pack(mine, prompt, response, n, budget) if mine else []
+    count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
+    return whole, equalize(plan, count, prompt, response, n)
+
+
+def padded_tokens(plan: list[Micro], prompt: Tensor, response: Tensor, n: int) -> int:
+    return sum(cost(m.groups, prompt, response, n) for m in plan)
