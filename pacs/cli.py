@@ -35,16 +35,18 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     options = {"max_response_length": args.max_response_length, "eager": not args.compile}
     if args.train_file is not None:
         options["train_file"] = args.train_file
+    chunks = tuple(None if c == "none" else int(c) for c in args.logprob_chunk_sizes)
     report = run_train_bench(args.model, args.data, args.steps, args.seeds, args.variants, args.engines,
-                             args.threads, **options)  # fmt: skip
+                             args.threads, tuple(args.strategies), chunks, **options)  # fmt: skip
     atomic_write_json(args.out, report)
     phases = ("generate", "weight_push", "score", "old_logprobs", "update", "step")
-    print(f"{'run':28s} {'before':>6s} {'after':>6s} " + " ".join(f"{p[:8]:>8s}" for p in phases) + " rollout tok/s")
+    print(f"{'run':36s} {'before':>6s} {'after':>6s} " + " ".join(f"{p[:8]:>8s}" for p in phases)
+          + " rollout tok/s  peak GB")  # fmt: skip
     for name, r in report["results"].items():
         before, after = r.get("heldout_accuracy_before", float("nan")), r.get("heldout_accuracy_after", float("nan"))
         accuracy = f"{before:6.3f} {after:6.3f}"
         seconds = " ".join(f"{r[f'seconds_{p}']:8.3f}" for p in phases)
-        print(f"{name:28s} {accuracy} {seconds} {r['rollout_tokens_per_s']:13.0f}")
+        print(f"{name:36s} {accuracy} {seconds} {r['rollout_tokens_per_s']:13.0f} {r.get('peak_rss_gb', 0):8.2f}")
     print(f"wrote {args.out} (seconds per step, means over steps after the first)")
     return 0
 
@@ -62,8 +64,8 @@ def cmd_bench_memory(args: argparse.Namespace) -> int:
         print(f"{size:28s} {r['mode']:8s} {r['peak_above_inputs_bytes'] / 1e6:20.0f} {r['seconds']:8.2f}")
     if report["padding"]:
         pad = report["padding"]
-        print(f"padding: fixed {pad['fixed_padding_frac']:.1%} of computed tokens, token budget "
-              f"{pad['budget_padding_frac']:.1%}; {pad['padding_removed_frac']:.1%} of the padding removed")  # fmt: skip
+        fixed, budget, removed = pad["fixed_padding_frac"], pad["budget_padding_frac"], pad["padding_removed_frac"]
+        print(f"padding: fixed {fixed:.1%} of computed tokens, token budget {budget:.1%}; {removed:.1%} removed")
     print(f"wrote {args.out}")
     return 0
 
@@ -328,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--seeds", type=int, nargs="+", default=[0])
     bt.add_argument("--variants", nargs="+", default=["pacs", "pacs-no-weights", "grpo", "ppo"])
     bt.add_argument("--engines", nargs="+", default=["hf"], choices=["hf", "vllm"], help="rollout engines")
+    bt.add_argument("--strategies", nargs="+", default=["single"], choices=["single", "ddp", "fsdp"],
+                    help="one process, or two ranks (fsdp needs --engines vllm)")  # fmt: skip
+    bt.add_argument("--logprob-chunk-sizes", nargs="+", default=["1024"], help="positions per chunk; none: full logits")
     bt.add_argument("--train-file", type=Path, help="prepared prompts instead of the toy task (no held-out accuracy)")
     bt.add_argument("--max-response-length", type=int, default=16, help="new tokens per sample")
     bt.add_argument("--compile", action="store_true", help="vllm: compile (CUDA graphs / torch.compile), not eager")

@@ -28,8 +28,10 @@ def read_metrics(out) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-# every objective with transformers rollouts; PACS and GRPO again with vLLM's (in the trainer's process)
-RUNS = [(variant, "hf") for variant in VARIANTS] + [("pacs", "vllm"), ("grpo", "vllm")]
+# PACS and PPO with transformers rollouts, PACS and GRPO with vLLM's (in the trainer's process): every
+# objective learns in CI. PACS without weights and GRPO with transformers are in the measured spread above
+# but not rerun here: the same objective code, a rollout engine already covered (CI time)
+RUNS = [("pacs", "hf"), ("ppo", "hf"), ("pacs", "vllm"), ("grpo", "vllm")]
 
 
 @pytest.mark.slow

@@ -155,6 +155,7 @@ def test_bench_train_reports_each_variant_and_engine(vllm_installed, tiny_model,
     assert list(report) == ["pacs/hf/seed0", "pacs/vllm/seed0"]
     for row in report.values():
         assert row["steps"] == 2 and row["seconds_step"] > 0 and row["rollout_tokens_per_s"] > 0
+        assert row["peak_rss_gb"] > 0.1  # the largest rank's resident memory, logged every step
         assert row["seconds_generate"] + row["seconds_update"] <= row["seconds_step"]
         assert 0 <= row["heldout_accuracy_before"] <= 1 and 0 <= row["heldout_accuracy_after"] <= 1
     assert report["pacs/vllm/seed0"]["logprob_gap_max"] < 1e-4 and "logprob_gap_max" not in report["pacs/hf/seed0"]

@@ -7,6 +7,7 @@ rollout tokens/s, and the engine's log-prob gap. ``train_file`` replaces the toy
 file (MATH-500 prompts, say), with no held-out evaluation.
 """
 
+import itertools
 import json
 import os
 import platform
@@ -30,8 +31,9 @@ PHASES = ("generate", "score", "old_logprobs", "update", "weight_push", "step")
 
 def bench_config(algorithm: dict, model: Path, data: Path, steps: int, seed: int, engine: str = "hf",
                  train_file: Path | None = None, max_response_length: int = 16,
-                 eager: bool = True) -> dict:  # fmt: skip
-    """The toy-task run of ``config/run_tiny.yaml`` with logging off (``engine`` samples its rollouts)."""
+                 eager: bool = True, trainer: dict | None = None) -> dict:  # fmt: skip
+    """The toy-task run of ``config/run_tiny.yaml`` with logging off (``engine`` samples its rollouts;
+    ``trainer`` overrides trainer keys)."""
     files = {"train_files": [str(data / "train.parquet")], "heldout_files": [str(data / "heldout.parquet")]}
     if train_file is not None:
         files = {"train_files": [str(train_file)]}
@@ -44,7 +46,14 @@ def bench_config(algorithm: dict, model: Path, data: Path, steps: int, seed: int
         "data": files,
         "rollout": rollout,
         "optim": {"lr": 1e-4},
-        "trainer": {"total_steps": steps, "batch_size": 32, "mini_batch_size": 32, "micro_batch_size": 8, "seed": seed},
+        "trainer": {
+            "total_steps": steps,
+            "batch_size": 32,
+            "mini_batch_size": 32,
+            "micro_batch_size": 8,
+            "seed": seed,
+            **(trainer or {}),
+        },  # fmt: skip
         "checkpoint": {"save_every": steps},
         "eval": {"every": steps if train_file is None else 0, "max_new_tokens": 16},
         "logging": {"wandb": "disabled", "progress_bar": False},
@@ -64,18 +73,21 @@ def summarize(records: list[dict]) -> dict:
     tokens, seconds = sum(r["rollout/response_tokens"] for r in later), sum(r["time/generate"] for r in later)
     out["rollout_tokens_per_s"] = tokens / seconds
     out["tokens_per_s"] = float(np.mean([r["throughput/tokens_per_s"] for r in later]))
+    if "memory/peak_rss_gb" in steps[-1]:
+        out["peak_rss_gb"] = max(r["memory/peak_rss_gb"] for r in steps)
     if "rollout/logprob_gap_mean" in steps[0]:
         out["logprob_gap_mean_max"] = max(r["rollout/logprob_gap_mean"] for r in steps)
         out["logprob_gap_max"] = max(r["rollout/logprob_gap_max"] for r in steps)
     return out
 
 
-def train_once(config: dict, threads: int) -> list[dict]:
-    """One run in a fresh process; its metrics records."""
+def train_once(config: dict, threads: int, ranks: int = 1) -> list[dict]:
+    """One run in fresh processes (``ranks`` of them under torchrun, ``threads`` each); its metrics records."""
     with tempfile.TemporaryDirectory() as tmp:
         path, out = Path(tmp) / "run.yaml", Path(tmp) / "run"
         path.write_text(yaml.safe_dump(config))
-        command = [sys.executable, "-m", "pacs.train", "--config", str(path), "--out", str(out)]
+        command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(path), "--out", str(out),
+                   "--nproc-per-node", str(ranks)]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
@@ -91,19 +103,28 @@ def _version(name: str) -> str | None:
         return None
 
 
+STRATEGIES = {"single": (1, {}), "ddp": (2, {"strategy": "ddp"}), "fsdp": (2, {"strategy": "fsdp"})}
+
+
 def run_train_bench(model: Path, data: Path, steps: int, seeds: list[int], variants: list[str], engines: list[str],
-                    threads: int = 2, **config) -> dict:  # fmt: skip
-    """``config``: more ``bench_config`` keywords (train_file, max_response_length, eager)."""
-    unknown = [v for v in variants if v not in VARIANTS]
+                    threads: int = 2, strategies: tuple[str, ...] = ("single",),
+                    chunk_sizes: tuple[int | None, ...] = (1024,), **config) -> dict:  # fmt: skip
+    """``config``: more ``bench_config`` keywords (train_file, max_response_length, eager). ``strategies``:
+    one process, or two ranks with ddp or fsdp (``threads`` split over them); ``chunk_sizes``: the
+    log-prob chunk (None: full logits). Keys: variant/engine[/strategy][/chunkC]/seedS."""
+    unknown = [v for v in variants if v not in VARIANTS] + [s for s in strategies if s not in STRATEGIES]
     if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+        raise ValueError(f"unknown {unknown}; variants: {list(VARIANTS)}, strategies: {list(STRATEGIES)}")
     results = {}
-    for name in variants:
-        for engine in engines:
-            for seed in seeds:
-                records = train_once(bench_config(VARIANTS[name], model, data, steps, seed, engine, **config), threads)
-                results[f"{name}/{engine}/seed{seed}"] = {"variant": name, "engine": engine, "seed": seed,
-                                                          **summarize(records)}  # fmt: skip
+    for name, engine, strategy, chunk, seed in itertools.product(variants, engines, strategies, chunk_sizes, seeds):
+        ranks, trainer = STRATEGIES[strategy]
+        trainer = {**trainer, "logprob_chunk_size": chunk}
+        run = bench_config(VARIANTS[name], model, data, steps, seed, engine, trainer=trainer, **config)
+        records = train_once(run, max(threads // ranks, 1), ranks)
+        key = "/".join([name, engine, *([strategy] if strategies != ("single",) else []),
+                        *([f"chunk{chunk}"] if chunk_sizes != (1024,) else []), f"seed{seed}"])  # fmt: skip
+        results[key] = {"variant": name, "engine": engine, "strategy": strategy, "logprob_chunk_size": chunk,
+                        "seed": seed, **summarize(records)}  # fmt: skip
     return {
         "machine": {
             "cpus": os.cpu_count(),

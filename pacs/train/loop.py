@@ -37,7 +37,7 @@ from pacs.train.distributed import (
 )
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
-from pacs.train.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
+from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, policy_weights, rollout
 from pacs.verify import VerifierPool
 
@@ -339,6 +339,7 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
     record["policy/entropy"] = float(ent[0] / ent[1])
     record["skipped_steps_total"] = models.skipped_steps
+    record.update(peak_memory(env))
     phases = list(timer)
     record.update({f"time/{b}": timer[b] - timer[a] for a, b in zip(phases, phases[1:], strict=False)})
     record["time/step"] = timer["weight_push"] - timer["start"]

@@ -1,6 +1,7 @@
 """What a run records: per-step statistics over all ranks, held-out accuracy, and its directory's config."""
 
 import json
+import resource
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,15 @@ from pacs.train.batch import Batch
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce
 from pacs.verify import status_counts
+
+
+def peak_memory(env: DistEnv) -> dict:
+    """The largest peak resident memory (and, on GPU, peak allocated CUDA memory) of any rank so far, GB."""
+    values = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0]  # Linux reports KiB
+    if torch.cuda.is_available():
+        values.append(float(torch.cuda.max_memory_allocated()))
+    peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
+    return {"memory/peak_rss_gb": peak[0] / 1e9, **({"memory/peak_gpu_gb": peak[1] / 1e9} if len(peak) > 1 else {})}
 
 
 def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
