@@ -198,8 +198,10 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tmp_path):
     (xdg / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
     workdir = tmp_path / "run"
     workdir.mkdir()
+    # 4 training steps, not 40: what this test adds is the SLURM path (the local tiny run trains all 40)
     local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)},
-                                             "resources": {"train": {"gpu": 2}}})  # fmt: skip
+                                             "resources": {"train": {"gpu": 2}},
+                                             "train": {"trainer": {"total_steps": 4}}})  # fmt: skip
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "XDG_CONFIG_HOME": str(xdg), "SBATCH_PARTITION": "debug"}  # fmt: skip
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),

@@ -7,8 +7,8 @@
   ``torchrun --nnodes N --nproc_per_node G`` that meets the others at a c10d rendezvous on the
   allocation's first node (a free port found there; the hosts come from ``SLURM_JOB_NODELIST``), each
   node's output in ``OUT/logs/node{i}.log``.
-Every launcher invocation appends one line to ``OUT/launches.jsonl`` (what it started, where, which job),
-so a job that started its launcher more than once shows it.
+Every torchrun or srun launch appends one line to ``OUT/launches.jsonl`` (what it started, where, which
+job), so a job that started its launcher more than once shows it.
 """
 
 import hashlib
@@ -124,8 +124,7 @@ def launch(config_path: Path, out: Path, restart_on_change: bool = False, nproc_
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname(), "nnodes": nnodes,
              "nproc_per_node": nproc_per_node, "slurm_job": environ.get("SLURM_JOB_ID"),
              "visible_devices": environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
-    if nnodes == 1 and nproc_per_node <= 1:
-        record_launch(out, {**entry, "command": "in-process"})
+    if nnodes == 1 and nproc_per_node <= 1:  # nothing to record: a rerun of a finished run leaves DIR untouched
         return run(config_path, out, restart_on_change)
     if nnodes == 1:
         command = torchrun_command(1, nproc_per_node, None, "", args)
