@@ -4,7 +4,7 @@ import torch
 
 from pacs.bench.memory import measure_in_fresh_process, padding
 from pacs.train.logprobs import ChunkedLogprobs, chunked_entropy
-from pacs.train.packing import deal, equalize, fixed_plan, pack
+from pacs.train.packing import cost, deal, equalize, fixed_plan, pack
 
 
 def test_chunked_logprobs_and_entropy_equal_the_full_computation():
@@ -43,8 +43,8 @@ def test_token_budget_packs_whole_groups_and_ranks_stay_in_step():
     assert sorted(g for m in plan for g in m.groups) == list(range(12))  # every group once, never split
     assert all(len(m.rows(n)) % n == 0 and m.rows(n).tolist() == [g * n + j for g in m.groups for j in range(n)]
                for m in plan)  # fmt: skip
-    assert all(m.groups == [g] or len(m.rows(n)) * int((prompt + response)[m.rows(n)].max()) <= 200 for m in plan
-               for g in m.groups[:1])  # fmt: skip
+    assert all(len(m.groups) == 1 or cost(m.groups, prompt, response, n) <= 200 for m in plan)
+    assert cost([0, 1], prompt, response, n) == 2 * n * (10 + 40)  # rows × (longest prompt + longest response)
     assert len(plan) < len(fixed_plan(12, 1))
     ranks = deal(12, prompt, response, n, 2)
     assert sorted(ranks[0] + ranks[1]) == list(range(12))

@@ -149,7 +149,7 @@ def update(
                 mini, plan = balanced_plan(mini, n, max_tokens, env)
             else:
                 plan = fixed_plan(mini_rows // n, micro_rows // n)
-            local_units = sum(units({k: v[m.rows(n)] for k, v in mini.items()}) for m in plan if m.scale)
+            local_units = sum(units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan if m.scale)
             global_units = float(all_reduce(torch.tensor(float(local_units)), env))
             for i, m in enumerate(plan):
                 micro = micro_batch(mini, m, n, env.device)
@@ -252,10 +252,10 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
         ckpt.remove_partial(root)
         staging.mkdir(parents=True)
     barrier(env)
-    weights = {"policy": full_tensors(models.policy)}
-    if models.critic is not None:
-        weights["critic"] = full_tensors(models.critic)
-    full = {k: {name: t.cpu() for name, t in w} for k, w in weights.items()}  # a collective under fsdp
+    full = {}
+    for name, model in (("policy", models.policy), ("critic", models.critic)):
+        if model is not None:  # gathering is a collective under fsdp; only rank 0 keeps the tensors
+            full[name] = {k: v.cpu() for k, v in full_tensors(model) if env.main}
     if env.main:
         ckpt.save_models(staging, models.policy, models.tokenizer, models.critic, full)
         ckpt.save_counters(staging, {"step": step, "skipped_steps": models.skipped_steps})
