@@ -30,6 +30,14 @@ def overlay(path: Path, data: dict) -> str:
     return str(path)
 
 
+def merged(base: dict, extra: dict) -> dict:
+    """``extra`` merged into ``base`` key by key, as Snakemake merges config files."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def job_counts(output: str) -> dict[str, int]:
     """The "Job stats" table of a dry run: {rule: jobs}."""
     if "Nothing to be done" in output:
@@ -189,7 +197,7 @@ def slurm_cluster():
 
 
 @pytest.mark.slow
-def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tmp_path):
+def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, tmp_path):
     """`snakemake --profile slurm all` as the README sets it up: the bare name resolves through
     ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm. Training jobs ask for 2
     (fake) GPUs: SLURM schedules them, and each runs its launcher once, which starts 2 ranks (DDP on CPU)."""
@@ -198,19 +206,27 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tmp_path):
     (xdg / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
     workdir = tmp_path / "run"
     workdir.mkdir()
-    # 4 training steps, not 40: what this test adds is the SLURM path (the local tiny run trains all 40)
-    local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)},
-                                             "resources": {"train": {"gpu": 2}},
-                                             "train": {"trainer": {"total_steps": 4}}})  # fmt: skip
+    # What this test adds is the SLURM path, not the computations (the local tiny run does all of those):
+    # one method trained for 4 steps, evaluated with the base model on the toy task and one real benchmark,
+    # from the tiny model the other tests share (building it is a job like the others).
+    config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
+    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
+    del config["models"]["tiny"]["build"]
+    config["methods"] = {"pacs": config["methods"]["pacs"]}
+    config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
+    config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
+    config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
+                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}}})  # fmt: skip
+    local = overlay(workdir / "slurm.yaml", config)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "XDG_CONFIG_HOME": str(xdg), "SBATCH_PARTITION": "debug"}  # fmt: skip
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--profile", "slurm", "all", "--configfile", *TINY, local]  # fmt: skip
+               "--profile", "slurm", "all", "--configfile", local]  # fmt: skip
     done = subprocess.run(["timeout", "-k", "30", "2400", *command], capture_output=True, text=True, env=env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     submitted = re.findall(r"submitted with SLURM jobid", output, re.I)
-    jobs = sum(job_counts(snakemake(workdir, "-n", "-F", "--configfile", *TINY, local).stdout).values()) - 1
+    jobs = sum(job_counts(snakemake(workdir, "-n", "-F", "--configfile", local).stdout).values()) - 1
     assert len(submitted) == jobs  # every job but `all` went through sbatch
     results = workdir / "results" / "tiny"
     assert (results / "REPORT.md").is_file() and (results / "tables" / "tiny.tex").is_file()
