@@ -70,6 +70,40 @@ def cmd_bench_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_update(args: argparse.Namespace) -> int:
+    import yaml
+
+    from pacs.bench.update import run_update_bench
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    trainer = {
+        "compute_dtype": args.compute_dtype,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "logprob_chunk_size": None if args.logprob_chunk_size == "none" else int(args.logprob_chunk_size),
+    }
+    report = run_update_bench(args.shape, overrides, args.strategies, args.nproc, trainer, args.rows,
+                              args.prompt_length, args.response_length, args.steps, args.peak_flops)  # fmt: skip
+    atomic_write_json(args.out, report)
+    first = report["results"][0]
+    print(
+        f"{first['shape']} {first['overrides']}: {first['parameters'] / 1e6:.1f} M parameters; per rank "
+        f"{first['rows_per_rank']} × ({first['prompt_length']} + {first['response_length']}) tokens"
+    )
+    header = f"{'strategy':8s} {'ranks':>5s} {'state GB/rank':>13s} {'peak GB (max rank)':>18s}"
+    print(f"{header} {'s/step':>7s} {'tok/s':>8s}")
+    for r in report["results"]:
+        peak = max(x["peak_bytes"] for x in r["ranks"])
+        print(f"{r['strategy']:8s} {r['world_size']:5d} {r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} "
+              f"{r['step_s']:7.2f} {r['tokens_per_s']:8.0f}")  # fmt: skip
+    print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
+    return 0
+
+
 def cmd_bench_eval(args: argparse.Namespace) -> int:
     from pacs.bench.eval import run_eval_bench
 
@@ -350,6 +384,21 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--budget", type=int, help="tokens per micro-batch (default: micro-batch-size groups of the mean)")
     bm.add_argument("--out", type=Path, default=Path("results/bench/memory.json"))
     bm.set_defaults(func=cmd_bench_memory)
+    bu = what.add_parser("update", help="memory and speed of the training update per rank: one process, ddp, fsdp")
+    bu.add_argument("--shape", default="qwen2.5-0.5b", help="a model of pacs.models.shapes, random weights")
+    bu.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shape: num_hidden_layers=4")
+    bu.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"], choices=["single", "ddp", "fsdp"])
+    bu.add_argument("--nproc", type=int, default=2, help="ranks for ddp and fsdp (torchrun --standalone)")
+    bu.add_argument("--rows", type=int, default=1, help="sequences per rank per update")
+    bu.add_argument("--prompt-length", type=int, default=64)
+    bu.add_argument("--response-length", type=int, default=256)
+    bu.add_argument("--steps", type=int, default=3)
+    bu.add_argument("--compute-dtype", choices=["float32", "bfloat16"], help="fsdp only (trainer.compute_dtype)")
+    bu.add_argument("--gradient-checkpointing", action="store_true")
+    bu.add_argument("--logprob-chunk-size", default="1024", help="positions per chunk; none: full logits")
+    bu.add_argument("--peak-flops", type=float, help="per device, for MFU (H100 bf16 dense: 989e12)")
+    bu.add_argument("--out", type=Path, default=Path("results/bench/update.json"))
+    bu.set_defaults(func=cmd_bench_update)
     be = what.add_parser("eval", help="evaluation samples/s and tokens/s of each engine")
     be.add_argument("--model", default="results/tiny/model")
     be.add_argument("--data", type=Path, default=Path("results/tiny/data/heldout.parquet"))

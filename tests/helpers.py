@@ -1,10 +1,12 @@
 """A fixed rollout batch and one update through the training loop's own functions, for any rank count."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -100,18 +102,53 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
     torch.distributed.destroy_process_group()
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), whatever session it is in: torchrun starts its ranks in
+    sessions of their own, so killing the launcher's process group would leave them running."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
 def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> None:
     """Start ``command`` and SIGKILL it, with every process it started (torchrun's ranks), as soon as
-    ``ready()``; fails if it ended on its own first."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    ``ready()``; fails if it ended on its own first, or if anything it started is still alive after."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree: list[int] = []
     while proc.poll() is None:
         if ready():
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.kill(proc.pid, signal.SIGSTOP)  # no new processes while the tree is read
+            tree = descendants(proc.pid)
+            for pid in [proc.pid, *tree]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             break
         time.sleep(poll_s)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"{command[2:4]} ended before it could be killed"
+    deadline = time.monotonic() + 30
+    while (alive := [pid for pid in tree if Path(f"/proc/{pid}").exists() and not _zombie(pid)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert not alive, f"processes {alive} survived the kill"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:

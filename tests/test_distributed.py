@@ -1,4 +1,5 @@
-"""World size 2 (gloo, two processes) makes the same update as world size 1 on the same global batch."""
+"""World size 2 (gloo, two processes) makes the same update as world size 1 on the same global batch, and
+FSDP holds a fraction of the training state on each rank."""
 
 import socket
 
@@ -39,3 +40,34 @@ def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm
                 torch.testing.assert_close(result["critic"][name], p, atol=2e-6, rtol=1e-5, msg=f"{strategy} critic")
         assert result["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-4, abs=1e-6), strategy
         assert result["metrics"]["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-4), strategy
+
+
+def test_a_model_shape_counts_its_parameters():
+    from transformers import AutoModelForCausalLM
+
+    from pacs.models.shapes import SHAPES, parameter_count, qwen2_config
+
+    for name in SHAPES:  # small copies of each shape: built, not only counted
+        config = qwen2_config(name, num_hidden_layers=1, vocab_size=64, intermediate_size=32)
+        assert parameter_count(config) == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    assert 7.61e9 < parameter_count(qwen2_config("qwen2.5-7b")) < 7.62e9  # its model card: 7.61 B
+    with pytest.raises(ValueError, match="num_layers"):
+        qwen2_config("qwen2.5-0.5b", num_layers=2)
+
+
+@pytest.mark.slow
+def test_fsdp_holds_a_fraction_of_the_training_state_per_rank():
+    """`pacs bench update` on two ranks: each FSDP rank's peak memory while updating is below each DDP
+    rank's by most of the state it does not hold (fp32 weights, gradients, AdamW: 16 bytes per parameter,
+    1.0 GB for this 63 M-parameter model under DDP, half of it under FSDP)."""
+    from pacs.bench.update import run_update_bench
+
+    overrides = {"num_hidden_layers": 4, "vocab_size": 4096}
+    report = run_update_bench("qwen2.5-0.5b", overrides, ["ddp", "fsdp"], 2, {}, rows=1, prompt_length=16,
+                              response_length=48, steps=2)  # fmt: skip
+    ddp, fsdp = report["results"]
+    assert ddp["parameters"] == fsdp["parameters"] > 60e6
+    assert fsdp["state_bytes_per_rank"] == ddp["state_bytes_per_rank"] // 2
+    assert all(r["peak_reset_after_setup"] for r in ddp["ranks"] + fsdp["ranks"])
+    saved = min(r["peak_bytes"] for r in ddp["ranks"]) - max(r["peak_bytes"] for r in fsdp["ranks"])
+    assert saved > 0.5 * (ddp["state_bytes_per_rank"] - fsdp["state_bytes_per_rank"]), report

@@ -1,11 +1,12 @@
 """FSDP2 training end to end on two ranks (gloo), with vLLM rollouts, token-budget micro-batches,
-activation checkpointing and chunked log-probs: two "nodes" on localhost, and a killed run that resumes
-from its sharded checkpoint to the same bits."""
+activation checkpointing and chunked log-probs: two "nodes" on localhost, and a run killed at a step and
+while writing a checkpoint that resumes from its sharded checkpoint to the same bits."""
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,14 +70,21 @@ def test_two_nodes_train_with_sharded_checkpoints(two_nodes, tiny_model):
 
 @pytest.mark.slow
 def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
-    """`pacs train --nproc-per-node 2` (standalone torchrun) killed after step 3, then rerun: the same
-    weights, critic and rewards as the uninterrupted two-node run, bit for bit."""
+    """`pacs train --nproc-per-node 2` (standalone torchrun) killed after step 3; rerun, its ranks die
+    while writing the step-4 checkpoint; rerun again to the end: the same weights, critic and rewards as
+    the uninterrupted two-node run, bit for bit."""
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(fsdp_config), "--out", str(out),
-               "--nproc-per-node", "2"]  # fmt: skip
+    args = ["--config", str(fsdp_config), "--out", str(out)]
+    command = [sys.executable, "-m", "pacs.cli", "train", *args, "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     metrics = out / "metrics.jsonl"
     run_until_killed(command, env, lambda: metrics.exists() and any(r["step"] >= 3 for r in read_metrics(out)))
+    assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
+    dying = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+             str(Path(__file__).parent / "train_dying_in_checkpoint.py"), str(STEPS), *args]  # fmt: skip
+    done = subprocess.run(dying, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert (out / "checkpoints" / ".step_000004.tmp" / "optimizer").is_dir()  # both shards written, unpublished
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -87,6 +95,7 @@ def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
     assert [r.get("reward/mean") for r in resumed] == [r.get("reward/mean") for r in read_metrics(two_nodes)]
     # the resumed engines loaded the consolidated checkpoint and sample what the re-sharded policy computes
     assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in resumed[3:]), resumed
+    assert not (out / "checkpoints" / ".step_000004.tmp").exists()
     launches = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
     assert len(launches) == 2 and all(x["nproc_per_node"] == 2 for x in launches)
 

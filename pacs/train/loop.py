@@ -24,7 +24,7 @@ from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
-from pacs.train.config import RunConfig, objective_config
+from pacs.train.config import RunConfig, TrainerConfig, objective_config
 from pacs.train.distributed import (
     DistEnv,
     all_gather_rows,
@@ -199,35 +199,38 @@ class Models:
     skipped_steps: int = 0
 
 
+def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
+    """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with activation
+    checkpointing when it is trained and ``trainer.gradient_checkpointing`` is on; a model that is not
+    trained is left unwrapped where nothing needs synchronising (one rank, or ddp)."""
+    if trainer.gradient_checkpointing and trained:
+        hf = model.model if isinstance(model, PolicyScorer) else model
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
+    if not trained and (trainer.strategy == "ddp" or not env.active):
+        return model.to(env.device)
+    compute = getattr(torch, trainer.compute_dtype) if trainer.compute_dtype else None
+    return wrap(model, env, trainer.strategy, compute)
+
+
 def load_models(config: RunConfig, objective: Objective, needs: frozenset, resume: Path | None, env: DistEnv) -> Models:
     """The policy (and critic) from the latest checkpoint when resuming, else from ``model``; the reference
     is always the starting model."""
     torch.manual_seed(config.trainer.seed)  # the critic's new value head
     t, dtype = config.trainer, getattr(torch, config.model.dtype)
-    compute = getattr(torch, t.compute_dtype) if t.compute_dtype else None
-
-    def spread(model: torch.nn.Module, trained: bool = True) -> torch.nn.Module:
-        if t.gradient_checkpointing and trained:
-            hf = model.model if isinstance(model, PolicyScorer) else model
-            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
-        if not trained and (t.strategy == "ddp" or not env.active):
-            return model.to(env.device)  # nothing to synchronise
-        return wrap(model, env, t.strategy, compute)
-
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
-    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size))
+    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size), t, env)
     models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
                     _adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
     if "ref_logprobs" in needs:
         reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
         reference.eval().requires_grad_(False)
-        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size), trained=False)
+        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size), t, env, trained=False)
     if objective.value_loss is not None:
         path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
         critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
         models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
-        models.critic_module = spread(models.critic)
+        models.critic_module = spread(models.critic, t, env)
         models.critic_optimizer = _adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
     if resume:
         state, rng = ckpt.load_trainer_state(resume, env.rank, optimizer_modules(models))

@@ -1,0 +1,174 @@
+"""Memory and speed of the training update alone, per rank, for a model built from a shape with random weights.
+
+Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is
+built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.loop.spread``: ddp or
+FSDP2, compute dtype, activation checkpointing), and given ``steps`` AdamW updates on random token
+sequences, each a forward and backward of ``PolicyScorer`` (the log-probs of the response positions, in
+chunks) under the mean response log-prob as loss: the cost of any objective's update, which adds only
+elementwise maths. The first step creates the optimizer state and is timed apart.
+
+Memory is the peak while updating, the model's construction left out: on CPU the peak resident memory after
+the high-water mark is reset once the model is spread (``/proc/self/clear_refs``), less what the process held
+before building the model (interpreter, torch, process group), with glibc returning freed buffers to the
+OS (``MALLOC_MMAP_THRESHOLD_``) as a GPU allocator frees them; on GPU the peak allocated CUDA memory
+(``peak_bytes`` of each rank). What the run holds per rank is reported beside it: parameters, gradients and
+AdamW's two moments in fp32, 16 bytes per parameter, all of it on every rank under ddp and 1/world of it
+under fsdp.
+"""
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's resident-memory high-water mark (Linux); False where the kernel refuses."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int, response_length: int,
+                  steps: int, peak_flops: float | None) -> dict | None:  # fmt: skip
+    """One rank's measurement (inside torchrun, or alone); rank 0 returns every rank's, the others None."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from pacs.config import from_dict
+    from pacs.models.shapes import parameter_count, qwen2_config
+    from pacs.train.config import TrainerConfig
+    from pacs.train.distributed import init_distributed, total_norm
+    from pacs.train.logprobs import PolicyScorer
+    from pacs.train.loop import spread
+
+    env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                           int(os.environ.get("LOCAL_RANK", 0)))  # fmt: skip
+    t = from_dict(TrainerConfig, trainer)
+    config = qwen2_config(shape, **overrides)
+    rss_before_model = _rss_bytes()  # the interpreter, torch and the process group
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    module = spread(PolicyScorer(model, t.logprob_chunk_size), t, env)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, weight_decay=0.01)
+    del model
+    gc.collect()
+    cuda = env.device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    rss_after_setup, reset = _rss_bytes(), _reset_peak_rss()
+    g = torch.Generator().manual_seed(1000 + env.rank)
+    length = prompt_length + response_length
+    input_ids = torch.randint(0, config.vocab_size, (rows, length), generator=g).to(env.device)
+    attention_mask = torch.ones_like(input_ids)
+    position_ids = torch.arange(length, device=env.device).expand(rows, length)
+    response_mask = torch.ones(rows, response_length, dtype=torch.bool, device=env.device)
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        logprobs, _ = module(input_ids, attention_mask, position_ids, response_mask, 1.0)
+        loss = -logprobs.sum() / response_mask.sum()
+        loss.backward()
+        norm = total_norm(torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        float(norm)  # waits for the step on GPU
+        seconds.append(time.perf_counter() - start)
+    n = parameter_count(config)
+    tokens = rows * length * env.world_size  # per step, all ranks
+    step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
+    peak_rss = _peak_rss_bytes()
+    peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
+    mine = {
+        "rank": env.rank,
+        "peak_bytes": peak_gpu if cuda else peak_rss - rss_before_model,
+        "peak_rss_bytes": peak_rss,
+        "rss_before_model_bytes": rss_before_model,
+        "rss_after_setup_bytes": rss_after_setup,
+        "peak_reset_after_setup": reset,
+        **({"peak_gpu_bytes": peak_gpu} if cuda else {}),
+    }
+    ranks = [mine]
+    if env.active:
+        ranks = [None] * env.world_size
+        dist.all_gather_object(ranks, mine)
+        dist.destroy_process_group()
+    if not env.main:
+        return None
+    state = 16 * n // (env.world_size if t.strategy == "fsdp" and env.active else 1)
+    return {
+        "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size, "device": env.device,
+        "strategy": t.strategy if env.active else "single", "trainer": trainer, "rows_per_rank": rows,
+        "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
+        "first_step_s": seconds[0], "step_s": step_s, "tokens_per_s": tokens / step_s,
+        **({"mfu": 6 * n * tokens / step_s / peak_flops / env.world_size} if peak_flops else {}),
+        "state_bytes_per_rank": state, "ranks": ranks,
+    }  # fmt: skip
+
+
+def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
+            response_length: int, steps: int, peak_flops: float | None = None) -> dict:  # fmt: skip
+    """``update_worker`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1)."""
+    spec = json.dumps({"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows,
+                       "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
+                       "peak_flops": peak_flops})  # fmt: skip
+    launcher = [sys.executable]
+    if nproc > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    # glibc keeps freed heap memory resident, so RSS would include every transient buffer FSDP has freed;
+    # allocations of 64 KiB and above from mmap go back to the OS when freed, as a GPU allocator's would
+    env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", **os.environ}
+    done = subprocess.run([*launcher, "-m", "pacs.bench.update", spec], capture_output=True, text=True, env=env,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"pacs.bench.update ({nproc} ranks, {trainer}) failed: {done.stderr[-3000:]}")
+    return json.loads([x for x in done.stdout.splitlines() if x.startswith("{")][-1])
+
+
+def run_update_bench(shape: str, overrides: dict, strategies: list[str], nproc: int, trainer: dict, rows: int,
+                     prompt_length: int, response_length: int, steps: int,
+                     peak_flops: float | None = None) -> dict:  # fmt: skip
+    """Each strategy (``single``: one process; ``ddp``/``fsdp`` on ``nproc`` ranks) on the same update."""
+    results = []
+    for strategy in strategies:
+        ranks = 1 if strategy == "single" else nproc
+        t = {**trainer, "strategy": "ddp" if strategy == "single" else strategy}
+        results.append(measure(ranks, shape, overrides, t, rows, prompt_length, response_length, steps, peak_flops))
+    return {"results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="one rank of the update benchmark (under torchrun); rank 0 prints JSON")
+    p.add_argument("spec", help="JSON: shape, overrides, trainer, rows, prompt_length, response_length, steps")
+    spec = json.loads(p.parse_args(argv).spec)
+    result = update_worker(**spec)
+    if result is not None:
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
