@@ -63,3 +63,15 @@ def test_load_names_the_file(tmp_path):
         load_run_config(path)
     with pytest.raises(FileNotFoundError):
         load_run_config(tmp_path / "missing.yaml")
+
+
+def test_a_strategy_the_ranks_cannot_run_is_an_error_naming_it():
+    from pacs.train.distributed import DistEnv
+    from pacs.train.loop import check_sizes
+
+    fsdp = {**MINIMAL, "trainer": {"strategy": "fsdp", "compute_dtype": "bfloat16"}, "rollout": {"engine": "vllm"}}
+    check_sizes(resolve(fsdp), DistEnv(0, 2))
+    with pytest.raises(ValueError, match="trainer.compute_dtype bfloat16 .* one process"):
+        check_sizes(resolve(fsdp), DistEnv())  # it would compute in float32 without saying so
+    with pytest.raises(ValueError, match="rollout.engine hf"):
+        check_sizes(resolve({**fsdp, "rollout": {"engine": "hf"}}), DistEnv(0, 2))

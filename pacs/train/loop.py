@@ -63,6 +63,10 @@ def check_sizes(config: RunConfig, env: DistEnv) -> None:
     if env.active and t.strategy == "fsdp" and config.rollout.engine == "hf":
         raise ValueError("rollout.engine hf samples from the policy object itself, which trainer.strategy fsdp "
                          "shards over ranks: use rollout.engine vllm, or trainer.strategy ddp")  # fmt: skip
+    if not env.active and t.compute_dtype not in (None, config.model.dtype):
+        raise ValueError(f"trainer.compute_dtype {t.compute_dtype} applies to fsdp over several ranks; one process "
+                         f"computes in model.dtype ({config.model.dtype}): set trainer.compute_dtype null, or "
+                         "train on several ranks (pacs train --nproc-per-node N)")  # fmt: skip
     if t.batch_size % env.world_size or (t.mini_batch_size // env.world_size) % t.micro_batch_size:
         raise ValueError(
             f"with {env.world_size} rank(s), trainer.batch_size ({t.batch_size}) and trainer.mini_batch_size "
