@@ -115,3 +115,39 @@ def test_non_finite_gradients_skip_the_step_and_are_counted():
 
     assert update(model, optimizer, loss, batch, "sequences", 2, 4, 2, 1, None, DistEnv())["skipped_steps"] == 0
     assert not torch.equal(model.weight, before["weight"])
+
+
+@pytest.mark.parametrize("algorithm", ["pacs", "grpo", "ppo"])
+@pytest.mark.parametrize("mini_batch_size", [8, 4])
+def test_old_logprobs_from_the_update_forward_equal_a_separate_pass(raw_tiny_model, toy_data, tmp_path, monkeypatch,
+                                                                    algorithm, mini_batch_size):  # fmt: skip
+    """The first mini-batch's old log-probs and logged entropy taken from the update's forward, against the
+    pass before the update for every row: the same bits, the same metrics, the same weights after."""
+    from conftest import write_run_config
+
+    from pacs.algorithms import get_objective
+    from pacs.train import loop
+    from pacs.train.config import load_run_config, objective_config
+
+    trainer = {"batch_size": 8, "mini_batch_size": mini_batch_size, "micro_batch_size": 2}
+    path = write_run_config(tmp_path / "run.yaml", raw_tiny_model, toy_data, algorithm={"name": algorithm},
+                            trainer=trainer, rollout={"n": N})  # fmt: skip
+    config = load_run_config(path)
+    objective = get_objective(algorithm)
+    batch = fixed_batch(raw_tiny_model, toy_data)
+
+    def step() -> tuple:
+        models = loop.load_models(config, objective, objective.needs(objective_config(config)), None, DistEnv())
+        b = {k: v.clone() for k, v in batch.items()}
+        entropy = loop.score_batch(b, config, models, DistEnv())
+        b.update(loop.prepare_whole_batch(objective, b, N, objective_config(config), DistEnv()))
+        record = loop.update_models(b, config, models, DistEnv(), entropy)
+        return b["old_logprobs"], entropy, record, models.policy.state_dict()
+
+    fresh = step()
+    monkeypatch.setattr(loop, "fresh_rows", lambda config, env: 0)
+    separate = step()
+    assert torch.equal(fresh[0], separate[0]) and torch.equal(fresh[1], separate[1])
+    assert (fresh[0][batch["response_mask"]] < 0).all()  # every row's old log-probs were filled in
+    assert fresh[2] == separate[2]
+    assert all(torch.equal(v, separate[3][k]) for k, v in fresh[3].items())

@@ -134,7 +134,7 @@ def test_pushed_weights_make_vllm_answer_as_transformers_does(resumed_run, tiny_
 
 def test_the_guard_stops_a_run_whose_weights_are_not_pushed(vllm_config, tmp_path):
     """A broken push (the engine keeps its starting weights) is stopped at the first step it matters,
-    before that step's update, and nothing from it is saved."""
+    before that step's weights are pushed or saved: nothing from it is kept."""
     out = tmp_path / "stale"
     no_push = "from pacs.rollout.vllm import VLLMEngine\nVLLMEngine.update_weights = lambda self, weights: None"
     done = subprocess.run(train_command(vllm_config, out, no_push), env=env(), capture_output=True, text=True,

@@ -1,9 +1,11 @@
-"""Verifier throughput on synthetic model answers (no data or network needed).
+"""Verifier throughput on synthetic model answers (no data or network needed), and on real golds.
 
 Answers look like a model's: a few hundred characters of reasoning with inline math, then a boxed
 final answer that is the gold, an equivalent form of it, a wrong value, or missing. Measured:
 in-process scoring, the pool with 1 and 2 workers on distinct answers, and the pool on groups of
-n answers per prompt that repeat (as sampled answers do), where duplicates are scored once.
+n answers per prompt that repeat (as sampled answers do), where duplicates are scored once. With a
+benchmark's real golds (MATH-500 from the data directory), the same grouped case on them, against plain
+math-verify in one process, verdict for verdict.
 """
 
 import os
@@ -93,13 +95,33 @@ def grouped_batch(groups: int, n: int, distinct_per_group: int, seed: int) -> tu
     return golds, answers
 
 
+def real_grouped_batch(golds: list[str], n: int, distinct_per_group: int, seed: int) -> tuple[list[str], list[str]]:
+    """Real golds (MATH-500's, say) each answered n times, drawn from a few distinct texts: the gold written
+    as a model answer after some reasoning, a wrong number, and an answer with no final value."""
+    from pacs.verify.gold_check import wrong_number
+
+    rng = random.Random(seed)
+    out_golds, answers = [], []
+    for gold in golds:
+        wrong = wrong_number(gold, rng)
+        finals = [f"Therefore the answer is $\\boxed{{{gold}}}$.", f"So the answer is $\\boxed{{{wrong}}}$.",
+                  "I am not sure how to finish."]  # fmt: skip
+        texts = [f"{reasoning(rng)} {finals[i % len(finals)]}" for i in range(distinct_per_group)]
+        out_golds += [gold] * n
+        answers += [rng.choice(texts) for _ in range(n)]
+    return out_golds, answers
+
+
 def _rate(num: int, seconds: float) -> float:
     return round(num / seconds, 1)
 
 
 def run_verifier_bench(
-    answers: int, groups: int, n: int, distinct_per_group: int, seed: int, config: VerifyConfig
-) -> dict:
+    answers: int, groups: int, n: int, distinct_per_group: int, seed: int, config: VerifyConfig,
+    real_golds: list[str] | None = None,
+) -> dict:  # fmt: skip
+    """Synthetic answers: in process, the pool with 1 and 2 workers, and groups of n; with ``real_golds``,
+    also those golds answered in groups of n, plain in-process math-verify against the pool of 2 workers."""
     golds, texts = distinct_batch(answers, seed)
     warm_golds, warm_texts = distinct_batch(200, seed + 1000)  # ANTLR's parser caches warm up over ~100s of parses
     for g, a in zip(warm_golds, warm_texts, strict=True):
@@ -134,6 +156,26 @@ def run_verifier_bench(
             "unique_pairs": len(set(zip(g_golds, g_texts, strict=True))),
             "answers_per_s": _rate(len(g_texts), time.perf_counter() - t),
             "statuses": status_counts(verdicts),
+        }
+    if real_golds:
+        r_golds, r_texts = real_grouped_batch(real_golds, n, distinct_per_group, seed + 2)
+        t = time.perf_counter()
+        plain = [score_answer(g, a, config) for g, a in zip(r_golds, r_texts, strict=True)]
+        plain_rate = _rate(len(r_texts), time.perf_counter() - t)
+        rows[f"real_groups_of_{n}_in_process"] = {"answers": len(r_texts), "answers_per_s": plain_rate,
+                                                  "statuses": status_counts(plain)}  # fmt: skip
+        with VerifierPool(config, workers=2) as pool:
+            pool.score(warm_golds, warm_texts)
+            t = time.perf_counter()
+            verdicts = pool.score(r_golds, r_texts)
+            rate = _rate(len(r_texts), time.perf_counter() - t)
+        rows[f"real_groups_of_{n}_pool_2_workers"] = {
+            "answers": len(r_texts),
+            "unique_pairs": len(set(zip(r_golds, r_texts, strict=True))),
+            "answers_per_s": rate,
+            "speedup_over_in_process": round(rate / plain_rate, 2),
+            "statuses": status_counts(verdicts),
+            "agrees_with_in_process": [(v.status, v.score) for v in verdicts] == [(v.status, v.score) for v in plain],
         }
     return {
         "bench": "verifier",

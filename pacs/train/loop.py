@@ -10,6 +10,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,14 @@ from pacs.train.distributed import (
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
-from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, policy_weights, rollout
+from pacs.train.rollouts import (
+    build_engine,
+    check_logprob_gap,
+    logprob_gap,
+    policy_weights,
+    rollout,
+    take_rewards,
+)
 from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
@@ -157,6 +165,8 @@ def update(
             global_units = float(all_reduce(torch.tensor(float(local_units)), env))
             for i, m in enumerate(plan):
                 micro = micro_batch(mini, m, n, env.device)
+                if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
+                    micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
                 share = units(micro) / global_units * m.scale
                 weight = m.scale if reduction == "sum" else share
                 with no_sync(module, sync=i == len(plan) - 1):
@@ -275,31 +285,53 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
     barrier(env)
 
 
+def fresh_rows(config: RunConfig, env: DistEnv) -> int:
+    """How many of this rank's first rows the actor update scores with the weights that sampled them: the
+    first mini-batch, when there is one epoch (a second would revisit those rows after the weights moved).
+    Their old log-probs (and logged entropy) come from the update's own forward instead of a pass before it."""
+    t = config.trainer
+    return t.mini_batch_size // env.world_size * config.rollout.n if t.epochs == 1 else 0
+
+
 def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> torch.Tensor:
-    """Old log-probs, reference log-probs and values, once per step, then ``prepare`` on the global batch.
-    Returns the policy's entropy (B, T) for logging."""
-    objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
+    """Old log-probs (of the rows past ``fresh_rows``), reference log-probs and values, once per step: none
+    needs rewards. Returns the policy's entropy (B, T) for logging (0 on fresh rows)."""
+    n = config.rollout.n
     temperature = config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
     plan, device = micro_plan(batch, n, config, env), env.device
-    batch["old_logprobs"], entropy = forward_pass(
-        batch, plan, n, lambda m: token_logprobs(policy, m, temperature, "no_grad"), device
-    )
+    shape, fresh = batch["response_mask"].shape, fresh_rows(config, env)
+    batch["old_logprobs"], entropy = torch.zeros(shape), torch.zeros(shape)
+    if fresh < shape[0]:
+        rest = {k: v[fresh:] for k, v in batch.items()}
+        batch["old_logprobs"][fresh:], entropy[fresh:] = forward_pass(
+            rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad"),
+            device,
+        )  # fmt: skip
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(
             batch, plan, n, lambda m: token_logprobs(reference, m, temperature)[:1], device
         )
     if critic is not None:
         (batch["values"],) = forward_pass(batch, plan, n, lambda m: [token_values(critic, m)], device)
-    batch.update(prepare_whole_batch(objective, batch, n, options, env))
     return entropy
 
 
-def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> dict:
-    """The critic's update (PPO), then the actor's; their metrics prefixed critic/ and actor/."""
+FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
+
+
+def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv, entropy: torch.Tensor) -> dict:
+    """The critic's update (PPO), then the actor's; their metrics prefixed critic/ and actor/. The actor's
+    forward on the first ``fresh_rows`` rows gives their old log-probs (into ``batch``) and logged entropy
+    (into ``entropy``): gathered over ranks after the update, since token budgets deal rows to other ranks."""
     objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
     t, temperature = config.trainer, config.rollout.temperature or 1.0
     policy, critic, record = models.policy_module, models.critic_module, {}
+    (rows, width), fresh = batch["response_mask"].shape, fresh_rows(config, env)
+    wide = int(all_reduce(torch.tensor(width), env, "max"))
+    seen = torch.zeros(2, env.world_size * fresh, wide)  # old log-probs and entropy of every rank's fresh rows
+    index = torch.arange(rows)
+    batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
                  epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch)  # fmt: skip
     if critic is not None:
@@ -314,30 +346,51 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv)
 
     def actor_loss(micro: Batch):
         with_entropy = "entropy" in objective.needs(options)
-        logprobs, entropy = token_logprobs(policy, micro, temperature, "grad" if with_entropy else None)
-        return objective.loss({**micro, "logprobs": logprobs, **({"entropy": entropy} if with_entropy else {})},
+        row = micro.pop("row")
+        on_policy = bool((row != -1).all())  # a micro-batch lies in one mini-batch: all fresh or none
+        mode = "grad" if with_entropy else "no_grad" if on_policy else None
+        logprobs, ent = token_logprobs(policy, micro, temperature, mode)
+        if on_policy:  # the weights that sampled these rows score them: their old log-probs are these
+            micro["old_logprobs"] = logprobs.detach()
+            if (row >= 0).all():
+                seen[0, row.cpu()] = pad_columns(logprobs.detach().float().cpu(), wide)
+                seen[1, row.cpu()] = pad_columns(ent.detach().float().cpu(), wide)
+        return objective.loss({**micro, "logprobs": logprobs, **({"entropy": ent} if with_entropy else {})},
                               n, options)  # fmt: skip
 
     metrics = update(policy, models.optimizer, actor_loss, batch, objective.reduction(options),
                      grad_clip=config.optim.grad_clip, **sizes)  # fmt: skip
+    del batch["row"]
+    if fresh:
+        mine = all_reduce(seen, env)[:, env.rank * fresh : (env.rank + 1) * fresh, :width]
+        batch["old_logprobs"][:fresh], entropy[:fresh] = mine[0], mine[1]
     models.skipped_steps += metrics["skipped_steps"]
     record.update({f"actor/{k}": v for k, v in metrics.items()})
     record["actor/lr"] = models.optimizer.param_groups[0]["lr"]
     return record
 
 
-def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, env: DistEnv) -> dict:
-    """One step: sample and score, old log-probs (reference, values) and prepare, the stale-weight guard,
-    critic and actor updates, then the new weights into the engine."""
+def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, scorer: Executor,
+               env: DistEnv) -> dict:  # fmt: skip
+    """One step: sample; while the verifier scores, old log-probs (of rows the update does not score
+    on-policy), reference log-probs and values; then rewards and prepare, critic and actor updates, the
+    stale-weight guard, and the new weights into the engine."""
     timer = {"start": time.perf_counter()}
     pad = models.tokenizer.pad_token_id or 0
-    batch, completions, verdicts = rollout(step, config, engine, prompts, pool, pad, env, timer)
-    entropy = score_batch(batch, config, models, env)
+    batch, completions, pending = rollout(step, config, engine, prompts, pool, pad, env, timer, scorer)
+    entropy = score_batch(batch, config, models, env)  # while the verifier scores
     timer["old_logprobs"] = time.perf_counter()
+    verdicts = take_rewards(batch, pending)
+    timer["score"] = time.perf_counter()  # the wait for the verifier beyond those passes
+    objective, options = get_objective(config.algorithm.name), objective_config(config)
+    batch.update(prepare_whole_batch(objective, batch, config.rollout.n, options, env))
+    record = {"step": step + 1, **update_models(batch, config, models, env, entropy)}
+    timer["update"] = time.perf_counter()
+    # the old log-probs of the first mini-batch came from the update itself: the guard runs after it, before
+    # the weights reach the engine or a checkpoint, so a stopped run resumes from weights it can trust
     gap = logprob_gap(batch, completions, env)
     check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
-    record = {"step": step + 1, **gap, **update_models(batch, config, models, env)}
-    timer["update"] = time.perf_counter()
+    record.update(gap)
     engine.update_weights(policy_weights(models.policy))  # a collective under fsdp
     timer["weight_push"] = time.perf_counter()
 
@@ -401,13 +454,17 @@ def train(
     if env.main:
         truncate_metrics(metrics_path, start)
     show = env.main and config.logging.progress_bar
-    with VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool, closing(engine):
+    with (
+        VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="verifier") as scorer,
+        closing(engine),
+    ):
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
                   **evaluate(0)})  # fmt: skip
         bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
         for step in range(start, t.total_steps):
-            record = train_step(step, config, models, engine, prompts, pool, env)
+            record = train_step(step, config, models, engine, prompts, pool, scorer, env)
             record.update(evaluate(step + 1))
             if (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps:
                 save_checkpoint(root, step + 1, models, config.checkpoint.keep_last, env)

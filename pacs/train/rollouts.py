@@ -3,13 +3,14 @@ the weight push after each update, and the guard that stops a run sampling from 
 
 The engine is one per rank for the whole run (``rollout.engine``): ``hf`` samples from the policy object
 itself; ``vllm`` is started once from the run's starting weights (or the resumed checkpoint) and gets
-the policy's full weights pushed after every update. Whichever the engine, the trainer recomputes
-old log-probs; where the engine reports its own log-probs of the sampled tokens, the gap between the
-two is logged every step and bounds ``rollout.max_logprob_gap``.
+the policy's full weights pushed after every update. Whichever the engine, the trainer computes the
+old log-probs itself (``pacs.train.loop``); where the engine reports its own log-probs of the sampled
+tokens, the gap between the two is logged every step and bounds ``rollout.max_logprob_gap``.
 """
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import Executor, Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,8 +78,10 @@ def step_prompts(step: int, config: RunConfig, num_prompts: int, env: DistEnv) -
 
 
 def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, pad_token_id: int, env: DistEnv,
-            timer: dict):  # fmt: skip
-    """This rank's share of the step's prompts, n samples each, scored: (batch, completions, verdicts)."""
+            timer: dict, scorer: Executor):  # fmt: skip
+    """This rank's share of the step's prompts, n samples each: (batch, completions, verdicts), where verdicts
+    is a future: the verifier scores on ``scorer`` (a thread driving the worker processes) while the trainer
+    computes what does not need rewards. ``batch`` gets ``rewards`` from ``take_rewards``."""
     n = config.rollout.n
     mine = step_prompts(step, config, len(prompts.token_ids), env)
     token_ids = [prompts.token_ids[i] for i in mine]
@@ -93,11 +96,16 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     completions = engine.generate(token_ids, params)
     timer["generate"] = time.perf_counter()
     engine.release_memory()
-    verdicts = pool.score([prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g])
-    batch = rollout_batch(token_ids, completions, pad_token_id)
-    batch["rewards"] = torch.tensor([v.score for v in verdicts], dtype=torch.float32)  # (B,)
-    timer["score"] = time.perf_counter()
-    return batch, completions, verdicts
+    golds, texts = [prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g]
+    verdicts = scorer.submit(pool.score, golds, texts)
+    return rollout_batch(token_ids, completions, pad_token_id), completions, verdicts
+
+
+def take_rewards(batch: Batch, verdicts: Future) -> list:
+    """Wait for the verdicts of ``rollout``; their scores become ``batch["rewards"]`` (B,)."""
+    done = verdicts.result()
+    batch["rewards"] = torch.tensor([v.score for v in done], dtype=torch.float32)
+    return done
 
 
 def sampled_logprobs(completions: list[list[Completion]], width: int) -> Tensor | None:
@@ -127,7 +135,8 @@ def logprob_gap(batch: Batch, completions: list[list[Completion]], env: DistEnv)
 
 
 def check_logprob_gap(step: int, gap: dict, limit: float | None) -> None:
-    """Stop before the update: a policy-gradient step on samples from other weights is silently wrong."""
+    """Stop before the weights are pushed or saved: a policy-gradient step on samples from other weights is
+    silently wrong."""
     mean = gap.get("rollout/logprob_gap_mean")
     if limit is not None and mean is not None and mean > limit:
         raise StaleRolloutError(

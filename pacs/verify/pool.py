@@ -2,14 +2,18 @@
 
 - Processes, never threads: math-verify and our deadline use SIGALRM, which needs a main thread.
 - Identical (gold, answer) pairs are scored once (the n answers of a group often repeat).
-- Work goes out in chunks; a worker reports each answer as it finishes, so the parent knows when
-  the current answer started. Past ``timeout_s + grace_s`` the worker is killed and replaced, the
-  answer is a ``timeout`` and the rest of its chunk is queued again. A worker that dies on its own
-  gives ``error``. The caller never hangs and never sees an exception from a bad answer.
+- Work goes out in chunks, the next one sent while the worker still scores the last (a thread in the
+  worker takes it off the pipe), so workers never wait for the parent; a worker reports each answer
+  as it finishes, so the parent knows when the current answer started. Past ``timeout_s + grace_s``
+  the worker is killed and replaced, the answer is a ``timeout`` and the rest of what it was sent is
+  queued again. A worker that dies on its own gives ``error``. The caller never hangs and never sees
+  an exception from a bad answer.
 """
 
 import multiprocessing as mp
+import queue
 import signal
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
@@ -22,14 +26,21 @@ _READY = "ready"
 
 def _worker_main(conn, config: VerifyConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def receive() -> None:  # drains the pipe at once, so a parent sending the next chunk never waits on scoring
+        while True:
+            try:
+                chunk = conn.recv()
+            except (EOFError, OSError):
+                chunk = None
+            inbox.put(chunk)
+            if chunk is None:
+                return
+
+    threading.Thread(target=receive, daemon=True).start()
     conn.send(_READY)
-    while True:
-        try:
-            chunk = conn.recv()
-        except EOFError:
-            return
-        if chunk is None:
-            return
+    while (chunk := inbox.get()) is not None:  # scoring stays in the main thread: its deadline is SIGALRM
         for idx, gold, answer in chunk:
             try:
                 verdict = score_answer(gold, answer, config)
@@ -117,16 +128,21 @@ class VerifierPool:
         while pending or any(w.chunk for w in self._workers):
             now = time.monotonic()
             for w in self._workers:
-                if w.ready and not w.chunk and pending:
-                    ids = [pending.popleft() for _ in range(min(self.chunk_size, len(pending)))]
+                # a worker gets its next chunk while it still scores the last: it never waits for the parent.
+                # Chunks shrink as the work runs out, so that no worker is left with a long tail
+                if w.ready and len(w.chunk) < self.chunk_size and pending:
+                    size = max(1, min(self.chunk_size, len(pending) // (2 * len(self._workers))))
+                    ids = [pending.popleft() for _ in range(size)]
                     try:
                         w.conn.send([(i, *items[i]) for i in ids])
-                    except OSError:  # it died while idle: give the work to a fresh one
-                        pending.extendleft(reversed(ids))
+                    except OSError:  # it died: give its work to a fresh one
+                        pending.extendleft(reversed([*w.chunk, *ids]))
+                        w.chunk.clear()
                         self._replace(w)
                         continue
+                    if not w.chunk:
+                        w.started = now
                     w.chunk.extend(ids)
-                    w.started = now
             busy = [w for w in self._workers if w.chunk]
             next_deadline = min((w.started + self.hard_deadline_s for w in busy), default=now + 1.0)
             ready = wait([w.conn for w in self._workers], timeout=max(0.0, next_deadline - now))
