@@ -20,7 +20,6 @@ import argparse
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -36,18 +35,12 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def _peak_rss_bytes() -> int:
+def _status_bytes(field: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its high-water mark) of this process, from /proc."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int, response_length: int,
@@ -68,7 +61,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
                            int(os.environ.get("LOCAL_RANK", 0)))  # fmt: skip
     t = from_dict(TrainerConfig, trainer)
     config = qwen2_config(shape, **overrides)
-    rss_before_model = _rss_bytes()  # the interpreter, torch and the process group
+    rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     module = spread(PolicyScorer(model, t.logprob_chunk_size), t, env)
@@ -79,7 +72,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    rss_after_setup, reset = _rss_bytes(), _reset_peak_rss()
+    rss_after_setup, reset = _status_bytes("VmRSS"), _reset_peak_rss()
     g = torch.Generator().manual_seed(1000 + env.rank)
     length = prompt_length + response_length
     input_ids = torch.randint(0, config.vocab_size, (rows, length), generator=g).to(env.device)
@@ -100,7 +93,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     n = parameter_count(config)
     tokens = rows * length * env.world_size  # per step, all ranks
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
-    peak_rss = _peak_rss_bytes()
+    peak_rss = _status_bytes("VmHWM")
     peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
     mine = {
         "rank": env.rank,

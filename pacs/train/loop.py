@@ -299,8 +299,7 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
     n = config.rollout.n
     temperature = config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
-    plan, device = micro_plan(batch, n, config, env), env.device
-    shape, fresh = batch["response_mask"].shape, fresh_rows(config, env)
+    device, shape, fresh = env.device, batch["response_mask"].shape, fresh_rows(config, env)
     batch["old_logprobs"], entropy = torch.zeros(shape), torch.zeros(shape)
     if fresh < shape[0]:
         rest = {k: v[fresh:] for k, v in batch.items()}
@@ -308,6 +307,7 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
             rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad"),
             device,
         )  # fmt: skip
+    plan = micro_plan(batch, n, config, env) if reference is not None or critic is not None else []
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(
             batch, plan, n, lambda m: token_logprobs(reference, m, temperature)[:1], device
@@ -328,7 +328,7 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     t, temperature = config.trainer, config.rollout.temperature or 1.0
     policy, critic, record = models.policy_module, models.critic_module, {}
     (rows, width), fresh = batch["response_mask"].shape, fresh_rows(config, env)
-    wide = int(all_reduce(torch.tensor(width), env, "max"))
+    wide = int(all_reduce(torch.tensor(width), env, "max")) if fresh else width
     seen = torch.zeros(2, env.world_size * fresh, wide)  # old log-probs and entropy of every rank's fresh rows
     index = torch.arange(rows)
     batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
