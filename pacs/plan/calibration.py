@@ -1,0 +1,66 @@
+"""The throughput constants a plan turns FLOPs into hours with, and the GPU it checks memory against.
+
+Without a calibration file, the defaults below, each with its source. ``pacs bench gpu`` measures them on
+the user's GPU and writes a calibration file (JSON, the keys of ``Calibration``); the workflow config's
+``plan.calibration`` names it.
+
+- ``train_mfu``: model FLOPs (6·N per trained token, 2·N per scored token, attention added) per second
+  over the GPU's peak, for the FSDP2 update. Default 0.35, the low end of the 35-40 % that FSDP2 training
+  of 7-8B models is published to reach on H100s.
+  Activation checkpointing's recomputation is inside this efficiency, not in the FLOPs.
+- ``generate_mfu``: the same for generation (2·N per generated or prefilled token, attention added).
+  Default 0.20: vLLM in bf16 generates about 12,500 output tokens/s for an 8B model on one H100, and
+  12,500 × 2 × 8.0e9 / 989e12 = 0.20. Decoding is memory-bound, so small models or few concurrent
+  sequences reach less than this.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 2**30
+
+# memory as torch reports it (total_memory) and dense bf16 peak FLOP/s from the vendors' data sheets
+GPUS = {
+    "h100": {"name": "NVIDIA H100 80GB (SXM)", "memory_bytes": int(79.2 * GIB), "peak_flops": 989e12},
+    "h200": {"name": "NVIDIA H200 141GB", "memory_bytes": int(139.8 * GIB), "peak_flops": 989e12},
+    "a100": {"name": "NVIDIA A100 80GB", "memory_bytes": int(79.2 * GIB), "peak_flops": 312e12},
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gpu: str = GPUS["h100"]["name"]
+    memory_bytes: int = GPUS["h100"]["memory_bytes"]  # per GPU
+    peak_flops: float = GPUS["h100"]["peak_flops"]  # dense bf16, per GPU
+    train_mfu: float = 0.35
+    generate_mfu: float = 0.20
+    generate_engine: str = "vllm"  # what generate_mfu was measured with (transformers is slower than vLLM)
+    # CUDA context, NCCL buffers and allocator fragmentation, per GPU, on top of what the plan counts
+    overhead_bytes: int = 2 * GIB
+    # vLLM's own memory beside weights and KV cache (activations while profiling, CUDA graphs)
+    vllm_overhead_bytes: int = 2 * GIB
+    startup_s: float = 600.0  # per job: loading the model, starting vLLM, capturing CUDA graphs
+    source: str = "defaults (pacs.plan.calibration)"
+
+
+def load_calibration(path: Path | None, gpu: str | None) -> Calibration:
+    """The constants of calibration file ``path`` (written by ``pacs bench gpu``), or the defaults for
+    ``gpu`` (a key of ``GPUS``), or the H100's."""
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"calibration file {path} does not exist; write it with pacs bench gpu")
+        data = json.loads(path.read_text())
+        known = {f.name for f in dataclasses.fields(Calibration)}
+        unknown = sorted(set(data) - known - {"measured"})
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
+        return Calibration(**{k: v for k, v in data.items() if k in known})
+    if gpu is None:
+        return Calibration()
+    if gpu not in GPUS:
+        raise ValueError(f"plan.gpu: {gpu!r} is not one of {sorted(GPUS)}")
+    spec = GPUS[gpu]
+    return Calibration(gpu=spec["name"], memory_bytes=spec["memory_bytes"], peak_flops=spec["peak_flops"])

@@ -1,0 +1,252 @@
+"""The plan of an experiment: for every training and evaluation job the workflow would run, its memory per
+GPU, the tokens it generates and trains on, its FLOPs, and from those its hours, GPU-hours and a SLURM
+runtime; a job that cannot fit its GPU is an error naming the run and the keys to change.
+
+Tokens come from the config (batch, n, steps, problems × n) and two assumed means: prompt tokens
+(``plan.mean_prompt_length``, default ``MEAN_PROMPT_TOKENS``) and response tokens
+(``plan.mean_response_length``, default half of each job's maximum). FLOPs: 2·N per token in a forward
+(N: the parameters that multiply, the LM head included, the input embedding not), three forwards' worth for
+a forward and backward, plus attention, 4·q·c per token and layer for c tokens of context (half the
+sequence on average under the causal mask). A step is its generation FLOPs at ``generate_mfu`` and its
+update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
+``epochs`` updates) at ``train_mfu``, on all the job's GPUs; a job adds ``startup_s``; its runtime is that
+times ``plan.runtime_margin``, rounded up to 10 minutes.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from pacs.algorithms import get_objective
+from pacs.config import ConfigError, from_dict
+from pacs.plan.calibration import Calibration
+from pacs.plan.memory import dims, evaluation_memory, training_memory
+
+# DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
+# the instruction and about 30 for the chat template
+MEAN_PROMPT_TOKENS = 128
+# test-split sizes of the benchmarks (the hub datasets pacs.data.sources names), and the toy task's default
+PROBLEMS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319, "beyondaime": 100,
+            "toy_heldout": 200}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    gpu: str | None = None  # a GPU of pacs.plan.calibration.GPUS; null: the calibration's, or an H100
+    calibration: str | None = None  # a file written by `pacs bench gpu`; null: the documented defaults
+    mean_prompt_length: int = MEAN_PROMPT_TOKENS
+    mean_response_length: int | None = None  # assumed mean response tokens; null: half of each job's maximum
+    runtime_margin: float = 1.5  # suggested SLURM runtime = estimate × this
+
+    def __post_init__(self):
+        if self.runtime_margin < 1:
+            raise ValueError(f"plan.runtime_margin must be >= 1, got {self.runtime_margin}")
+
+
+@dataclass
+class Job:
+    kind: str  # train | evaluate
+    name: str  # train/<model>/<method> or evaluate/<model>/<method>/step_<step>/<benchmark>
+    gpus: int  # 0: a CPU job (no time estimate, no memory check)
+    memory: dict  # phase -> {component: bytes per GPU}; kv_cache: the engine's weights, cache, per sequence
+    generated_tokens: int
+    trained_tokens: int  # through a forward and backward (actor and critic)
+    scored_tokens: int  # through a forward only
+    flops: float
+    seconds: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(sum(v.values()) for k, v in self.memory.items() if k != "kv_cache")
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return None if self.seconds is None else self.seconds * self.gpus / 3600
+
+    def runtime_minutes(self, margin: float) -> int | None:
+        return None if self.seconds is None else int(math.ceil(self.seconds * margin / 600) * 10)
+
+
+def forward_flops(d: dict, tokens: float, context: float, head: bool = True) -> float:
+    """FLOPs of one forward over ``tokens`` tokens with ``context`` tokens of mean attention context."""
+    matmul = d["layers"] * d["layer_params"] + (d["vocab"] * d["h"] if head else d["h"])
+    return 2 * matmul * tokens + 4 * d["layers"] * d["q"] * context * tokens
+
+
+def mean_response(settings: PlanSettings, maximum: int) -> int:
+    return min(settings.mean_response_length or maximum // 2, maximum)
+
+
+def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings, cal: Calibration) -> Job:
+    objective = get_objective(run["algorithm"]["name"])
+    needs = objective.needs(from_dict(objective.config, run["algorithm"]["options"], "algorithm.options"))
+    critic = objective.value_loss is not None
+    memory = training_memory(shape, run, gpus, "ref_logprobs" in needs, critic, cal.memory_bytes,
+                             cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+    d, t, r = dims(shape), run["trainer"], run["rollout"]
+    rows = t["batch_size"] * r["n"]
+    prompt = min(settings.mean_prompt_length, run["data"]["max_prompt_length"])
+    response = mean_response(settings, r["max_response_length"])
+    length = prompt + response
+    fresh = t["mini_batch_size"] if t["epochs"] == 1 else 0
+    scored = (t["batch_size"] - fresh) * r["n"] * length  # old log-probs
+    scored += rows * length * (("ref_logprobs" in needs) + critic)
+    trained = t["epochs"] * rows * length
+    generate = forward_flops(d, rows * response + t["batch_size"] * prompt, prompt + response / 2)
+    update = 3 * forward_flops(d, trained, length / 2) + forward_flops(d, scored, length / 2)
+    if critic:
+        update += 3 * forward_flops(d, trained, length / 2, head=False)
+    steps = t["total_steps"]
+    job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
+              steps * (generate + update))  # fmt: skip
+    if gpus:
+        step_s = (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * gpus)
+        job.seconds = cal.startup_s + steps * step_s
+    return job
+
+
+def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int, settings: PlanSettings,
+                    cal: Calibration) -> Job:  # fmt: skip
+    memory = evaluation_memory(shape, settings_, gpus, cal.memory_bytes, cal.vllm_overhead_bytes, cal.overhead_bytes)
+    d = dims(shape)
+    prompt, response = settings.mean_prompt_length, mean_response(settings, settings_["max_tokens"])
+    generated = problems * settings_["n"] * response
+    flops = forward_flops(d, generated + problems * prompt, prompt + response / 2)
+    job = Job("evaluate", name, gpus, memory, generated, 0, 0, flops)
+    if gpus:
+        job.seconds = cal.startup_s + flops / (cal.generate_mfu * cal.peak_flops * gpus)
+    return job
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def check_training(job: Job, cal: Calibration, keys: str) -> None:
+    """Errors for a training job on GPUs that does not fit; ``keys``: where its run's keys live."""
+    if not job.gpus:
+        return
+    limit = cal.memory_bytes
+    fixes = {"parameters": "trainer.strategy fsdp or more resources.train.gpu", "gradients": "trainer.strategy fsdp",
+             "optimizer": "trainer.strategy fsdp or more resources.train.gpu",
+             "reference": "trainer.strategy fsdp", "gathered": "trainer.compute_dtype bfloat16",
+             "activations": "trainer.gradient_checkpointing, trainer.max_tokens_per_micro_batch or "
+                            "trainer.micro_batch_size", "logits": "trainer.logprob_chunk_size",
+             "vllm (awake)": "rollout.vllm.sleep_level 1 or 2", "overhead": ""}  # fmt: skip
+    for phase in ("update", "generate"):
+        parts = job.memory[phase]
+        total = sum(parts.values())
+        if total > limit:
+            big = sorted(parts.items(), key=lambda kv: -kv[1])
+            listed = ", ".join(f"{k} {_gb(v)}" for k, v in big if v)
+            change = (
+                "; ".join(dict.fromkeys(f"{keys}.{fixes[k]}" for k, v in big[:3] if v and fixes.get(k)))
+                if (phase == "update")
+                else f"{keys}.rollout.vllm.gpu_memory_utilization, or trainer.strategy fsdp"
+            )
+            job.errors.append(f"{job.name}: the {phase} phase needs {_gb(total)} per GPU ({listed}), more than the "
+                              f"{_gb(limit)} of a {cal.gpu}; change {change}")  # fmt: skip
+    _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
+
+
+def _check_kv(job: Job, keys: str) -> None:
+    kv = job.memory["kv_cache"]
+    if job.gpus and kv["cache"] < kv["per_sequence"]:
+        job.errors.append(f"{job.name}: vLLM's share holds {_gb(max(kv['cache'], 0))} of KV cache after its "
+                          f"{_gb(kv['weights'])} of weights, less than one sequence of {kv['max_model_len']} "
+                          f"tokens ({_gb(kv['per_sequence'])}); change {keys}")  # fmt: skip
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    calibration: Calibration
+    settings: PlanSettings
+
+    @property
+    def errors(self) -> list[str]:
+        return [e for j in self.jobs for e in j.errors]
+
+    def job(self, name: str) -> Job:
+        return next(j for j in self.jobs if j.name == name)
+
+    def runtime_minutes(self, name: str) -> int | None:
+        return self.job(name).runtime_minutes(self.settings.runtime_margin)
+
+
+def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict) -> Plan:
+    """The plan of a workflow config: ``runs`` {(model, method): resolved run config}, ``evaluations`` and
+    ``eval_settings`` {benchmark: resolved evaluation config} as pacs.experiment gives them."""
+    from pacs.models.shapes import model_shape
+    from pacs.plan.calibration import load_calibration
+
+    settings = from_dict(PlanSettings, config.get("plan") or {}, "config: plan")
+    cal = load_calibration(settings.calibration, settings.gpu)
+    if settings.gpu and settings.calibration:
+        raise ConfigError("config: plan.gpu and plan.calibration both name a GPU; set one")
+    shapes = {m: model_shape(spec, f"config: models.{m}") for m, spec in config["models"].items()}
+    resources = config["resources"]
+
+    def gpus(kind: str) -> int:
+        return int({**resources.get("default", {}), **resources.get(kind, {})}.get("gpu") or 0)
+
+    jobs = []
+    for (model, method), run in runs.items():
+        job = plan_training(f"train/{model}/{method}", shapes[model], run, gpus("train"), settings, cal)
+        check_training(job, cal, f"train (or methods.{method}.train)")
+        jobs.append(job)
+    for e in evaluations:
+        bench = config["data"]["benchmarks"][e["benchmark"]]
+        if not bench.get("limit") and e["benchmark"] not in PROBLEMS:
+            raise ConfigError(f"config: data.benchmarks.{e['benchmark']}: the plan needs its number of problems; "
+                              "set its limit")  # fmt: skip
+        problems = min(bench.get("limit") or PROBLEMS[e["benchmark"]], PROBLEMS.get(e["benchmark"], math.inf))
+        name = f"evaluate/{e['model']}/{e['method']}/step_{e['step']:06d}/{e['benchmark']}"
+        job = plan_evaluation(name, shapes[e["model"]], eval_settings[e["benchmark"]], problems, gpus("evaluate"),
+                              settings, cal)  # fmt: skip
+        _check_kv(job, "eval.settings.vllm.gpu_memory_utilization (or .tensor_parallel_size with more "
+                       "resources.evaluate.gpu) or eval.settings.max_tokens")  # fmt: skip
+        jobs.append(job)
+    return Plan(jobs, cal, settings)
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
+    margin = plan.settings.runtime_margin
+    cal = plan.calibration
+    lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s; train MFU "
+             f"{cal.train_mfu:.2f}, generation MFU {cal.generate_mfu:.2f} ({cal.generate_engine}); {cal.source}",
+             "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | GPU-hours | "
+             "runtime (min) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for j in plan.jobs:
+        hours = "-" if j.seconds is None else f"{j.seconds / 3600:.2f}"
+        gpu_hours = "-" if j.gpu_hours is None else f"{j.gpu_hours:.1f}"
+        runtime = j.runtime_minutes(margin) or "-"
+        lines.append(f"| {j.name} | {j.gpus} | {j.peak_bytes / 1e9:.2f} | {j.generated_tokens:.3g} | "
+                     f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {gpu_hours} | "
+                     f"{runtime} |")  # fmt: skip
+    timed = [j for j in plan.jobs if j.seconds is not None]
+    total = sum(j.gpu_hours for j in timed)
+    lines += ["", f"Total: {len(plan.jobs)} jobs, {sum(j.flops for j in plan.jobs) / 1e18:.3g} EFLOP, "
+              f"{total:.0f} GPU-hours ({sum(j.gpu_hours for j in timed if j.kind == 'train'):.0f} training, "
+              f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation)."]  # fmt: skip
+    seen = set()
+    for j in plan.jobs:
+        key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        lines += ["", f"Memory per GPU of {j.name}" + (" (and jobs like it)" if j.kind == "train" else "") + ":"]
+        for phase, parts in j.memory.items():
+            if phase == "kv_cache":
+                lines.append(
+                    f"- vLLM: weights {_gb(parts['weights'])}, KV cache {_gb(max(parts['cache'], 0))}, "
+                    f"{_gb(parts['per_sequence'])} per sequence of {parts['max_model_len']} tokens"
+                    + (f" ({parts['cache'] // parts['per_sequence']} sequences at once)" if j.gpus else "")
+                )
+            else:
+                shown = ", ".join(f"{k} {_gb(v)}" for k, v in parts.items() if v)
+                lines.append(f"- {phase}: {_gb(sum(parts.values()))} ({shown})")
+    if plan.errors:
+        lines += ["", "Does not fit:", *[f"- {e}" for e in plan.errors]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,129 @@
+"""Bytes per GPU of a training or evaluation job, by component, from the model's shape and the job's config.
+
+Counted per GPU, for the phase that holds the most:
+
+- **update**: what the trainer holds while it updates: each trained model's parameters, gradients and AdamW
+  moments in ``model.dtype`` (1/world of each under fsdp; ddp adds its gradient buckets, a second copy of
+  the gradients), a reference model's parameters, FSDP2's unsharded working set (the root module and two
+  decoder layers, gathered in the compute dtype, with their gradients and, below fp32, the fp32 copy
+  reduce-scatter takes), one micro-batch's activations and the LM head's logits (a chunk, or the whole micro-batch).
+  The vLLM engine sleeps (``rollout.vllm.sleep_level`` 1 or 2) or keeps its share of the card (0).
+- **generate**: the trainer's parameters and moments (gradients are freed) beside the engine's share of
+  the card, ``rollout.vllm.gpu_memory_utilization``; the engine's KV cache is what is left of that share
+  after its weights (in the compute dtype) and ``vllm_overhead_bytes``.
+
+Activations per token of one decoder layer (Qwen2, SDPA attention) are the tensors autograd saves, counted
+from transformers' implementation and checked against ``torch.autograd.graph.saved_tensors_hooks``
+(tests/test_plan.py): in the compute dtype (b bytes) the two RMSNorm outputs and their normalized inputs
+(4h), the rotated queries and the attention output (2·q), keys and values (2·kv), and the MLP's gate, up,
+activation and product (4·i); in fp32 the two RMSNorm inputs (2h), the attention's log-sum-exp (one per
+head) and the two reciprocal norms. With activation checkpointing each layer keeps only its input (b·h)
+and one layer's activations are alive again in backward.
+"""
+
+import math
+
+# an evaluation engine's max_model_len when the config leaves it to vLLM (longest prompt + max_tokens): the
+# paper's benchmark prompts are under 1,024 tokens (the longest, in MATH-500 and AIME 2025, are 1,734 characters)
+EVAL_PROMPT_TOKENS = 1024
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def dims(shape) -> dict:
+    """The sizes the formulas use, from a ``Qwen2Config``-like ``shape``."""
+    heads = shape.num_attention_heads
+    head_dim = getattr(shape, "head_dim", None) or shape.hidden_size // heads
+    kv_heads = getattr(shape, "num_key_value_heads", None) or heads
+    h, i, v = shape.hidden_size, shape.intermediate_size, shape.vocab_size
+    q, kv = heads * head_dim, kv_heads * head_dim
+    layer = h * q + 2 * h * kv + (q + 2 * kv) + q * h + 3 * h * i + 2 * h  # q, k, v (biases), o, MLP, norms
+    root = v * h * (1 if shape.tie_word_embeddings else 2) + h  # embedding, head when untied, final norm
+    return {"h": h, "i": i, "vocab": v, "q": q, "kv": kv, "heads": heads, "layers": shape.num_hidden_layers,
+            "layer_params": layer, "root_params": root, "params": root + shape.num_hidden_layers * layer,
+            "kv_bytes_per_token_fp": 2 * shape.num_hidden_layers * kv}  # fmt: skip
+
+
+def layer_activation_bytes(d: dict, b: int) -> int:
+    """Bytes autograd saves per token in one decoder layer computing in a ``b``-byte dtype."""
+    return b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 4 * d["i"]) + 4 * (2 * d["h"] + d["heads"] + 2)
+
+
+def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool) -> int:
+    """A micro-batch of ``tokens`` through the decoder: every layer's activations, or with checkpointing
+    each layer's input and one layer's activations; plus the final norm's (fp32 input, output) and ids."""
+    per_layer = layer_activation_bytes(d, b)
+    kept = d["layers"] * b * d["h"] + per_layer if checkpointing else d["layers"] * per_layer
+    return tokens * (kept + 4 * d["h"] + b * d["h"] + 12)
+
+
+def logit_bytes(d: dict, b: int, tokens: int, response_tokens: int, chunk: int | None) -> int:
+    """The LM head's logits at their peak: with chunks, one chunk's (the matmul output, its fp32 copy and the
+    softmax gradient) plus the head's fp32 gradient accumulator and the response hidden states; without,
+    the whole micro-batch's logits and three fp32 tensors over its response positions."""
+    if chunk is None:
+        return d["vocab"] * (tokens * b + response_tokens * 12)
+    rows = min(chunk, response_tokens)
+    return rows * d["vocab"] * (b + 8) + d["vocab"] * d["h"] * 4 + response_tokens * d["h"] * b
+
+
+def micro_batch_tokens(run: dict) -> tuple[int, int]:
+    """(tokens, response tokens) of the largest micro-batch: the token budget, or micro_batch_size prompts
+    of n samples padded to the longest prompt and response."""
+    t, r = run["trainer"], run["rollout"]
+    length = run["data"]["max_prompt_length"] + r["max_response_length"]
+    tokens = t["max_tokens_per_micro_batch"] or t["micro_batch_size"] * r["n"] * length
+    return tokens, tokens * r["max_response_length"] // length
+
+
+def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_critic: bool,
+                    gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:  # fmt: skip
+    """``{"update": {component: bytes}, "generate": {...}, "kv_cache": {...}}`` per GPU of run config ``run``
+    on ``gpus`` GPUs (0: one CPU process)."""
+    d, t = dims(shape), run["trainer"]
+    world = max(gpus, 1)
+    bm = DTYPE_BYTES[run["model"]["dtype"]]
+    bc = DTYPE_BYTES[t["compute_dtype"] or run["model"]["dtype"]]
+    fsdp = t["strategy"] == "fsdp" and world > 1
+    shard = world if fsdp else 1
+    critic_params = d["params"] - (d["vocab"] * d["h"] if not shape.tie_word_embeddings else 0) + d["h"] + 1
+    trained = d["params"] + (critic_params if has_critic else 0)
+    tokens, response = micro_batch_tokens(run)
+    acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"])
+    update = {
+        "parameters": math.ceil(trained * bm / shard),
+        "gradients": math.ceil(trained * bm / shard) * (2 if t["strategy"] == "ddp" and world > 1 else 1),
+        "optimizer": math.ceil(2 * trained * bm / shard),
+        "reference": math.ceil(d["params"] * bm / shard) if needs_reference else 0,
+        "gathered": (d["root_params"] + 2 * d["layer_params"]) * (2 * bc + (4 if bc != 4 else 0)) if fsdp else 0,
+        "activations": acts,
+        "logits": logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]),
+        "overhead": overhead if gpus else 0,
+    }
+    vllm = run["rollout"]["engine"] == "vllm" and gpus > 0
+    share = int(run["rollout"]["vllm"]["gpu_memory_utilization"] * gpu_memory) if vllm else 0
+    if vllm and run["rollout"]["vllm"].get("sleep_level", 2) == 0:
+        update["vllm (awake)"] = share
+    generate = {k: update[k] for k in ("parameters", "optimizer", "reference", "overhead")}
+    generate["vllm"] = share
+    weights = d["params"] * bc
+    length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][
+        "max_response_length"]  # fmt: skip
+    per_token = d["kv_bytes_per_token_fp"] * bc
+    kv = {"weights": weights, "cache": share - weights - vllm_overhead if vllm else 0,
+          "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
+    return {"update": update, "generate": generate, "kv_cache": kv}
+
+
+def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:
+    """``{"generate": {...}, "kv_cache": {...}}`` per GPU of one evaluation (one vLLM engine, bf16 weights)."""
+    d = dims(shape)
+    b = 2 if settings["dtype"] == "auto" else DTYPE_BYTES[settings["dtype"]]
+    tp = settings["vllm"]["tensor_parallel_size"]
+    share = int(settings["vllm"]["gpu_memory_utilization"] * gpu_memory) if gpus else 0
+    weights = math.ceil(d["params"] * b / tp)
+    length = settings["vllm"]["max_model_len"] or EVAL_PROMPT_TOKENS + settings["max_tokens"]
+    per_token = d["kv_bytes_per_token_fp"] * b // tp
+    generate = {"vllm": share if gpus else weights, "overhead": overhead if gpus else 0}
+    kv = {"weights": weights, "cache": share - weights - vllm_overhead if gpus else 0,
+          "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
+    return {"generate": generate, "kv_cache": kv}

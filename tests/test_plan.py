@@ -1,0 +1,221 @@
+"""`pacs plan`: the memory model against what autograd saves and hand-computed values, the FLOPs and hours of
+a tiny experiment, the paper's plan, and configs that cannot fit their GPU."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pacs import experiment
+from pacs.cli import main
+from pacs.config import ConfigError
+from pacs.models.shapes import model_shape, parameter_count, qwen2_config
+from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
+
+REPO = Path(__file__).resolve().parents[1]
+# h 64, q 64 (2 heads of 32), kv 32 (1 KV head), i 128, vocab 100, 2 layers, untied head
+SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "vocab_size": 100, "tie_word_embeddings": False}  # fmt: skip
+LAYER = 64 * 64 + 2 * 64 * 32 + (64 + 2 * 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64  # 37,120
+PARAMS = 2 * 100 * 64 + 64 + 2 * LAYER  # embedding, head, final norm, layers: 87,104
+
+
+def saved_bytes(model, ids) -> int:
+    """Bytes of the tensors autograd saves in a forward of the decoder (parameters excluded)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("overrides", [{}, {"hidden_size": 128, "num_attention_heads": 4, "intermediate_size": 384}])
+def test_activations_per_token_are_what_autograd_saves(dtype, overrides):
+    """One decoder layer's activations are exactly what transformers' Qwen2 saves for backward (the
+    difference between a 2- and a 1-layer model); the whole decoder within 2 % (rotary tables aside)."""
+    from transformers import Qwen2ForCausalLM
+
+    b, tokens = {"float32": 4, "bfloat16": 2}[dtype], 4 * 64
+    ids = torch.randint(0, 100, (4, 64), generator=torch.Generator().manual_seed(0))
+    measured = {}
+    for layers in (1, 2):
+        config = qwen2_config("qwen2.5-0.5b", **{**SHAPE, **overrides, "num_hidden_layers": layers})
+        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype)).train()
+        measured[layers] = saved_bytes(model, ids)
+    d = dims(config)
+    assert measured[2] - measured[1] == tokens * layer_activation_bytes(d, b)
+    assert abs(activation_bytes(d, b, tokens, checkpointing=False) / measured[2] - 1) < 0.02
+
+
+def test_parameter_counts_equal_the_built_models():
+    from transformers import AutoModelForCausalLM
+
+    for shape in (SHAPE, {**SHAPE, "tie_word_embeddings": True}):
+        config = qwen2_config("qwen2.5-0.5b", **shape)
+        built = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+        assert dims(config)["params"] == parameter_count(config) == built
+    assert dims(qwen2_config("qwen2.5-0.5b", **SHAPE))["params"] == PARAMS
+
+
+def tiny_config(**changes) -> dict:
+    """A workflow config: the tiny experiment's keys on a model of SHAPE, trained on 2 GPUs with fsdp."""
+    config = yaml.safe_load((REPO / "config/tiny.yaml").read_text())
+    config["models"] = {"m": {"label": "M", "path": "org/m", "shape": SHAPE}}
+    config["methods"] = {k: config["methods"][k] for k in ("ppo", "pacs")}
+    config["train"]["rollout"] = {"n": 8, "max_response_length": 16, "engine": "vllm"}
+    config["train"]["data"] = {"max_prompt_length": 16}
+    config["train"]["trainer"] = {
+        "total_steps": 10,
+        "batch_size": 32,
+        "mini_batch_size": 16,
+        "micro_batch_size": 2,
+        "strategy": "fsdp",
+        "compute_dtype": "bfloat16",
+        "logprob_chunk_size": 8,
+    }
+    config["eval"]["checkpoints"] = ["last"]
+    config["data"]["benchmarks"]["toy_heldout"]["limit"] = 10
+    config["resources"] = {"train": {"gpu": 2}, "evaluate": {"gpu": 1}}
+    config["plan"] = {"mean_prompt_length": 12, "mean_response_length": 10}
+    for key, value in changes.items():
+        config = experiment.merged(config, {key: value})
+    return config
+
+
+def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
+    plan = experiment.plan(tiny_config())
+    assert [j.name for j in plan.jobs] == ["train/m/ppo", "train/m/pacs", "evaluate/m/base/step_000000/toy_heldout",
+                                           "evaluate/m/ppo/step_000010/toy_heldout",
+                                           "evaluate/m/pacs/step_000010/toy_heldout"]  # fmt: skip
+    cal = plan.calibration
+    pacs = plan.job("train/m/pacs")
+    update = pacs.memory["update"]
+    # fp32 masters sharded over 2 GPUs: 4 bytes of parameters, 4 of gradients, 8 of AdamW moments
+    assert (update["parameters"], update["gradients"], update["optimizer"]) == (PARAMS * 2, PARAMS * 2, PARAMS * 4)
+    assert update["reference"] == 0  # PACS's log-ratio proxy needs the old policy, not a reference
+    # root (embedding, head, norm) and two layers gathered in bf16, their bf16 gradients and fp32 reduce copy
+    assert update["gathered"] == (2 * 100 * 64 + 64 + 2 * LAYER) * (2 + 2 + 4)
+    # micro-batch: 2 prompts × 8 samples × (16 + 16) tokens = 512, 256 of them response tokens
+    per_layer = 2 * (4 * 64 + 2 * 64 + 2 * 32 + 4 * 128) + 4 * (2 * 64 + 2 + 2)
+    assert update["activations"] == 512 * (2 * per_layer + 4 * 64 + 2 * 64 + 12)
+    # one chunk of 8 positions' logits (bf16 matmul, fp32 copy, fp32 gradient), the head's fp32 gradient,
+    # the response positions' hidden states
+    assert update["logits"] == 8 * 100 * (2 + 8) + 100 * 64 * 4 + 256 * 64 * 2
+    assert update["overhead"] == cal.overhead_bytes
+    ppo = plan.job("train/m/ppo").memory["update"]  # and a critic: the decoder, a value head (h + 1)
+    critic = PARAMS - 100 * 64 + 64 + 1
+    assert ppo["parameters"] == (PARAMS + critic) * 2 and ppo["optimizer"] == (PARAMS + critic) * 4
+    generate = pacs.memory["generate"]
+    assert generate["vllm"] == int(0.5 * cal.memory_bytes) and "gradients" not in generate
+    kv = pacs.memory["kv_cache"]  # K and V, 2 layers × 32, bf16, per token of 16 + 16
+    assert kv["per_sequence"] == 2 * 2 * 32 * 2 * 32 and kv["weights"] == PARAMS * 2
+
+    # tokens: 10 steps × 32 prompts × 8 samples × 10 response tokens; trained: × (12 + 10)
+    assert pacs.generated_tokens == 10 * 256 * 10 and pacs.trained_tokens == 10 * 256 * 22
+    # old log-probs for all but the first mini-batch of 16 prompts (on-policy)
+    assert pacs.scored_tokens == 10 * 16 * 8 * 22
+    matmul = 2 * LAYER + 100 * 64  # the layers and the LM head; the input embedding is a lookup
+
+    def forward(tokens, context, head=matmul):
+        return 2 * head * tokens + 4 * 2 * 64 * context * tokens
+
+    generate_flops = forward(256 * 10 + 32 * 12, 12 + 5)
+    update_flops = 3 * forward(256 * 22, 11) + forward(16 * 8 * 22, 11)
+    assert pacs.flops == pytest.approx(10 * (generate_flops + update_flops))
+    step = (generate_flops / cal.generate_mfu + update_flops / cal.train_mfu) / (cal.peak_flops * 2)
+    assert pacs.seconds == pytest.approx(cal.startup_s + 10 * step)
+    assert pacs.gpu_hours == pytest.approx(pacs.seconds * 2 / 3600)
+    assert plan.runtime_minutes("train/m/pacs") == 20  # (600 s + a fraction of a second) × 1.5, up to 10 min
+    ppo_job = plan.job("train/m/ppo")  # and critic values and a critic update (no LM head)
+    assert ppo_job.scored_tokens == 10 * (16 * 8 + 256) * 22
+
+    base = plan.job("evaluate/m/base/step_000000/toy_heldout")  # 10 problems × 8 samples
+    assert base.generated_tokens == 10 * 8 * 10
+    assert base.flops == pytest.approx(forward(10 * 8 * 10 + 10 * 12, 12 + 5))
+    assert plan.errors == []
+
+
+def test_a_calibration_file_sets_the_constants(tmp_path):
+    default = experiment.plan(tiny_config()).job("train/m/pacs")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"gpu": "test GPU", "memory_bytes": 10**11, "peak_flops": 1e15, "train_mfu": 0.7,
+                                "generate_mfu": 0.4, "measured": {"anything": 1}}))  # fmt: skip
+    plan = experiment.plan(tiny_config(plan={"calibration": str(path)}))
+    job = plan.job("train/m/pacs")
+    assert plan.calibration.gpu == "test GPU" and job.memory["generate"]["vllm"] == int(0.5 * 10**11)
+    # twice the efficiency on a GPU of 1e15 / 989e12 the peak
+    ratio = (default.seconds - 600) / (job.seconds - 600)
+    assert ratio == pytest.approx(2 * 1e15 / 989e12)
+    path.write_text(json.dumps({"train_mfu": 0.5, "typo": 1}))
+    with pytest.raises(ValueError, match="typo"):
+        experiment.plan(tiny_config(plan={"calibration": str(path)}))
+
+
+def test_a_job_too_big_for_its_gpu_is_an_error_naming_the_run_and_keys():
+    big = {**SHAPE, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+           "num_attention_heads": 64, "num_key_value_heads": 8}  # fmt: skip
+    plan = experiment.plan(tiny_config(models={"m": {"label": "M", "path": "org/m", "shape": big}}))
+    update = [e for e in plan.errors if e.startswith("train/m/pacs: the update phase")]
+    assert update and "train (or methods.pacs.train).trainer.strategy fsdp or more resources.train.gpu" in update[0]
+    # the evaluation engine: 0.05 of an 80 GB card cannot hold a 70B model's weights, so no KV cache at all
+    plan = experiment.plan(tiny_config(eval={"settings": {"vllm": {"gpu_memory_utilization": 0.05}}}))
+    assert plan.errors == []  # the tiny model still fits
+    plan = experiment.plan(tiny_config(models={"m": {"label": "M", "path": "org/m", "shape": big}},
+                                       eval={"settings": {"vllm": {"gpu_memory_utilization": 0.05}}}))  # fmt: skip
+    assert any(e.startswith("evaluate/m/base/step_000000/toy_heldout: vLLM's share holds")
+               and "eval.settings.vllm.gpu_memory_utilization" in e for e in plan.errors)  # fmt: skip
+
+
+def test_a_model_of_unknown_architecture_is_an_error_naming_the_key():
+    with pytest.raises(ValueError, match=r"models.x.shape"):
+        model_shape({"path": "someone/some-model"}, "models.x")
+    assert model_shape({"path": "Qwen/Qwen2.5-7B-Instruct"}, "models.x").hidden_size == 3584
+    with pytest.raises(ValueError, match=r"models.x.shape: .*missing \['vocab_size'\]"):
+        model_shape({"path": "p", "shape": {k: 2 for k in SHAPE if k != "vocab_size"}}, "models.x")
+
+
+def test_a_local_model_directory_gives_its_own_shape(tiny_model):
+    shape = model_shape({"path": str(tiny_model)}, "models.tiny")
+    built = json.loads((tiny_model / "config.json").read_text())
+    assert (shape.vocab_size, shape.hidden_size, shape.tie_word_embeddings) == (built["vocab_size"], 128, True)
+    assert model_shape({"build": "tiny"}, "models.tiny").vocab_size >= built["vocab_size"]
+
+
+def test_pacs_plan_on_the_paper_config(tmp_path, capsys):
+    """The paper's plan names every job the workflow would run, fits its H100s, and gives each a runtime;
+    with ddp instead of fsdp the 7B runs cannot fit, and `pacs plan` says which keys to change."""
+    assert main(["plan", str(REPO / "config/config.yaml"), "--out", str(tmp_path / "plan.md")]) == 0
+    text = capsys.readouterr().out
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    runs = experiment.run_configs(config)
+    names = [f"train/{m}/{k}" for m, k in runs] + [
+        f"evaluate/{e['model']}/{e['method']}/step_{e['step']:06d}/{e['benchmark']}"
+        for e in experiment.evaluations(config, runs)
+    ]
+    assert len(names) == 58 and all(f"| {n} |" in text for n in names)
+    assert (tmp_path / "plan.md").read_text() == text and "GPU-hours" in text and "Does not fit" not in text
+    ddp = tmp_path / "ddp.yaml"
+    ddp.write_text(yaml.safe_dump({"train": {"trainer": {"strategy": "ddp", "compute_dtype": None}}}))
+    assert main(["plan", str(REPO / "config/config.yaml"), str(ddp)]) == 1
+    text = capsys.readouterr().out
+    assert "- train/qwen2.5-7b/pacs: the update phase needs" in text
+    assert "train (or methods.pacs.train).trainer.strategy fsdp" in text
+
+
+def test_plan_settings_are_checked():
+    with pytest.raises(ConfigError, match="plan.runtime_margn"):
+        experiment.plan(tiny_config(plan={"runtime_margn": 2}))
+    config = copy.deepcopy(tiny_config())
+    config["data"]["benchmarks"] = {"mystery": {"label": "?", "n": 4, "ks": [1]}}
+    with pytest.raises(ConfigError, match="data.benchmarks.mystery"):
+        experiment.plan(config)
