@@ -75,17 +75,23 @@ def cmd_bench_memory(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_update(args: argparse.Namespace) -> int:
+def _shape_overrides(items: list[str]) -> dict:
+    """``--set KEY=VALUE ...`` as a dict, each value read as YAML."""
     import yaml
 
-    from pacs.bench.update import run_update_bench
-
     overrides = {}
-    for item in args.set:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set {item}: expected KEY=VALUE")
         overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+def cmd_bench_update(args: argparse.Namespace) -> int:
+    from pacs.bench.update import run_update_bench
+
+    overrides = _shape_overrides(args.set)
     trainer = {
         "compute_dtype": args.compute_dtype,
         "gradient_checkpointing": args.gradient_checkpointing,
@@ -106,6 +112,23 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
         print(f"{r['strategy']:8s} {r['world_size']:5d} {r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} "
               f"{r['step_s']:7.2f} {r['tokens_per_s']:8.0f}")  # fmt: skip
     print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
+    return 0
+
+
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from pacs.bench.gpu import run_gpu_bench
+
+    overrides = _shape_overrides(args.set)
+    calibration = run_gpu_bench(args.shapes, overrides, args.rows, args.prompt_length, args.response_length,
+                                args.steps, args.generate_batch, args.new_tokens, args.peak_flops,
+                                args.allow_cpu)  # fmt: skip
+    atomic_write_json(args.out, calibration)
+    for u, g in zip(calibration["measured"]["updates"], calibration["measured"]["generations_transformers"],
+                    strict=True):  # fmt: skip
+        print(f"{u['shape']}: update {u['tokens_per_s']:.0f} tokens/s, train MFU {u['train_mfu']:.3f}, peak "
+              f"{u['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {u['planned_update_bytes'] / 1e9:.2f} GB); "
+              f"transformers generate {g['tokens_per_s']:.0f} tokens/s (MFU {g['generate_mfu']:.3f})")  # fmt: skip
+    print(f"wrote {args.out}: set plan.calibration to it")
     return 0
 
 
@@ -429,6 +452,19 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--peak-flops", type=float, help="per device, for MFU (H100 bf16 dense: 989e12)")
     bu.add_argument("--out", type=Path, default=Path("results/bench/update.json"))
     bu.set_defaults(func=cmd_bench_update)
+    bg = what.add_parser("gpu", help="this GPU's training and generation throughput: a calibration file for the plan")
+    bg.add_argument("--shapes", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], help="of pacs.models.shapes")
+    bg.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shapes")
+    bg.add_argument("--rows", type=int, default=1, help="sequences per update")
+    bg.add_argument("--prompt-length", type=int, default=512)
+    bg.add_argument("--response-length", type=int, default=4096)
+    bg.add_argument("--steps", type=int, default=4, help="updates; the first (optimizer state created) is not timed")
+    bg.add_argument("--generate-batch", type=int, default=64, help="sequences generated together")
+    bg.add_argument("--new-tokens", type=int, default=512, help="tokens sampled per sequence")
+    bg.add_argument("--peak-flops", type=float, help="dense bf16 FLOP/s of the GPU; default: by its name")
+    bg.add_argument("--allow-cpu", action="store_true", help="run on the CPU (a test of the code, not of a GPU)")
+    bg.add_argument("--out", type=Path, default=Path("results/bench/gpu.json"))
+    bg.set_defaults(func=cmd_bench_gpu)
     be = what.add_parser("eval", help="evaluation samples/s and tokens/s of each engine")
     be.add_argument("--model", default="results/tiny/model")
     be.add_argument("--data", type=Path, default=Path("results/tiny/data/heldout.parquet"))

@@ -219,3 +219,23 @@ def test_plan_settings_are_checked():
     config["data"]["benchmarks"] = {"mystery": {"label": "?", "n": 4, "ks": [1]}}
     with pytest.raises(ConfigError, match="data.benchmarks.mystery"):
         experiment.plan(config)
+
+
+def test_pacs_bench_gpu_writes_a_calibration_that_the_plan_reads(tmp_path, capsys):
+    """The GPU bench's code on the CPU (FSDP2 over a group of one, bf16 compute, checkpointing, chunked
+    log-probs; transformers generation): its file sets the plan's constants. Without CUDA and without
+    --allow-cpu it refuses."""
+    out = tmp_path / "gpu.json"
+    args = ["bench", "gpu", "--shapes", "tiny", "--rows", "2", "--prompt-length", "16", "--response-length", "48",
+            "--steps", "2", "--generate-batch", "4", "--new-tokens", "8", "--peak-flops", "1e12",
+            "--out", str(out)]  # fmt: skip
+    if not torch.cuda.is_available():
+        assert main(args) == 2 and "CUDA" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--allow-cpu"]) == 0
+    data = json.loads(out.read_text())
+    update = data["measured"]["updates"][0]
+    assert update["strategy"] == "fsdp" and update["trainer"]["compute_dtype"] == "bfloat16"
+    assert update["planned"]["gathered"] > 0 and 0 < data["train_mfu"] == update["train_mfu"]
+    assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
+    plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
+    assert plan.calibration.train_mfu == data["train_mfu"] and plan.calibration.peak_flops == 1e12

@@ -60,6 +60,10 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
                            int(os.environ.get("LOCAL_RANK", 0)))  # fmt: skip
     t = from_dict(TrainerConfig, trainer)
+    cuda = env.device.startswith("cuda")
+    alone = t.strategy == "fsdp" and not env.active
+    if alone:  # FSDP2 over a group of one: bf16 compute over fp32 master weights on one device
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     config = qwen2_config(shape, **overrides)
     rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
@@ -68,7 +72,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, weight_decay=0.01)
     del model
     gc.collect()
-    cuda = env.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -108,13 +111,14 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if env.active:
         ranks = [None] * env.world_size
         dist.all_gather_object(ranks, mine)
+    if dist.is_initialized():
         dist.destroy_process_group()
     if not env.main:
         return None
-    state = 16 * n // (env.world_size if t.strategy == "fsdp" and env.active else 1)
+    state = 16 * n // (env.world_size if t.strategy == "fsdp" else 1)
     return {
         "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size, "device": env.device,
-        "strategy": t.strategy if env.active else "single", "trainer": trainer, "rows_per_rank": rows,
+        "strategy": t.strategy if env.active or alone else "single", "trainer": trainer, "rows_per_rank": rows,
         "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
         "first_step_s": seconds[0], "step_s": step_s, "tokens_per_s": tokens / step_s,
         **({"mfu": 6 * n * tokens / step_s / peak_flops / env.world_size} if peak_flops else {}),

@@ -83,7 +83,7 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     world = max(gpus, 1)
     bm = DTYPE_BYTES[run["model"]["dtype"]]
     bc = DTYPE_BYTES[t["compute_dtype"] or run["model"]["dtype"]]
-    fsdp = t["strategy"] == "fsdp" and world > 1
+    fsdp = t["strategy"] == "fsdp" and (world > 1 or bc != bm)  # one rank shards only to compute in bf16
     shard = world if fsdp else 1
     critic_params = d["params"] - (d["vocab"] * d["h"] if not shape.tie_word_embeddings else 0) + d["h"] + 1
     trained = d["params"] + (critic_params if has_critic else 0)

@@ -48,8 +48,9 @@ def wrap(model: torch.nn.Module, env: DistEnv, strategy: str = "ddp", compute_dt
     """The model on this rank's device, spread by ``strategy`` when there are several ranks: DDP (rank 0's
     weights broadcast, gradients all-reduced) or FSDP2 (each rank keeps 1/world of every parameter, its
     gradient and its optimizer state; layers are all-gathered for their forward and backward, gradients
-    reduce-scattered in fp32). ``compute_dtype`` (fsdp only) casts the gathered parameters for compute."""
-    if not env.active or strategy == "ddp":
+    reduce-scattered in fp32). ``compute_dtype`` (fsdp only) casts the gathered parameters for compute.
+    One process is left unwrapped unless it has joined a process group (of one: ``pacs bench gpu``)."""
+    if strategy == "ddp" or not dist.is_initialized():  # fsdp on one rank only inside a 1-rank group
         model = model.to(env.device)
         if not env.active:
             return model

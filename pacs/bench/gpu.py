@@ -1,0 +1,110 @@
+"""`pacs bench gpu`: the plan's constants measured on this machine's GPU, written as a calibration file.
+
+- **Training update**: one FSDP2 rank (a process group of one), bf16 compute over fp32 master weights,
+  activation checkpointing, chunked log-probs, for models built from Qwen2.5 shapes with random weights
+  (``pacs.bench.update``), at the paper's lengths (512 prompt + 4,096 response tokens). ``train_mfu`` is the
+  plan's FLOPs of that update (``pacs.plan.jobs.forward_flops``: 6·N per token plus attention) per second
+  over the GPU's peak, from the largest shape measured; the peak memory is reported beside the plan's
+  estimate of it (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
+- **Generation**: transformers' ``generate`` (the GPU machine may have no vLLM), a batch of random prompts,
+  sampling a fixed number of new tokens. Its efficiency is written under ``measured``; ``generate_mfu`` stays
+  the vLLM default, since transformers' generation is several times slower than vLLM's and would not predict
+  the workflow's rollouts or evaluations.
+
+It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests), where the figures mean nothing for a GPU.
+"""
+
+import dataclasses
+import time
+
+from pacs.plan.calibration import Calibration
+
+# dense bf16 peak FLOP/s by device name, from the vendors' data sheets
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "B200": 2250e12}
+
+
+def peak_flops_of(name: str) -> float | None:
+    return next((v for k, v in PEAK_FLOPS.items() if k in name.upper()), None)
+
+
+def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: int, new_tokens: int) -> dict:
+    """transformers' generate on this device, bf16 (fp32 on CPU), random weights and prompts: tokens/s."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pacs.models.shapes import qwen2_config
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    config = qwen2_config(shape, **overrides)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
+    ids = torch.randint(0, config.vocab_size, (batch, prompt_length), device=device)
+    mask = torch.ones_like(ids)
+
+    def run(tokens: int) -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                                 do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=0)  # fmt: skip
+        if device == "cuda":
+            torch.cuda.synchronize()
+        assert out.shape[1] == prompt_length + tokens
+        return time.perf_counter() - start
+
+    run(min(8, new_tokens))  # warm-up
+    seconds = run(new_tokens)
+    return {"shape": shape, "overrides": overrides, "batch": batch, "prompt_length": prompt_length,
+            "new_tokens": new_tokens, "seconds": seconds, "tokens_per_s": batch * new_tokens / seconds}  # fmt: skip
+
+
+def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: int, response_length: int,
+                  steps: int, generate_batch: int, new_tokens: int, peak_flops: float | None,
+                  allow_cpu: bool = False) -> dict:  # fmt: skip
+    """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give."""
+    import torch
+
+    from pacs.bench.update import measure
+    from pacs.models.shapes import qwen2_config
+    from pacs.plan.jobs import forward_flops
+    from pacs.plan.memory import dims, training_memory
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not allow_cpu:
+        raise ValueError("pacs bench gpu measures a CUDA GPU and none is visible (torch.cuda.is_available() is False)")
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    memory = torch.cuda.get_device_properties(0).total_memory if cuda else None
+    peak = peak_flops or peak_flops_of(name)
+    if peak is None:
+        raise ValueError(f"the peak bf16 FLOP/s of {name!r} is not known: give --peak-flops")
+    trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
+               "logprob_chunk_size": 1024}  # fmt: skip
+    length = prompt_length + response_length
+    run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
+           "trainer": {**trainer, "max_tokens_per_micro_batch": rows * length},
+           "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "vllm": {}}}  # fmt: skip
+    updates, generations = [], []
+    for shape in shapes:
+        result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps)
+        config = qwen2_config(shape, **overrides)
+        flops = 3 * forward_flops(dims(config), rows * length, length / 2)
+        planned = training_memory(config, run, 1, False, False, 0, 0, 0)["update"]
+        updates.append({**result, "train_mfu": flops / result["step_s"] / peak,
+                        "planned_update_bytes": sum(planned.values()), "planned": planned})  # fmt: skip
+        g = generation_worker(shape, overrides, generate_batch, prompt_length, new_tokens)
+        context = prompt_length + new_tokens / 2
+        gen_flops = forward_flops(dims(config), generate_batch * (new_tokens + prompt_length), context)
+        generations.append({**g, "generate_mfu": gen_flops / g["seconds"] / peak})
+    default = Calibration()
+    calibration = {
+        "gpu": name,
+        "memory_bytes": memory or default.memory_bytes,
+        "peak_flops": peak,
+        "train_mfu": updates[-1]["train_mfu"],
+        "generate_mfu": default.generate_mfu,
+        "generate_engine": "vllm (default; transformers measured below)",
+        "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train_mfu of {shapes[-1]}",
+        "measured": {"updates": updates, "generations_transformers": generations},
+    }
+    assert set(calibration) - {"measured"} <= {f.name for f in dataclasses.fields(Calibration)}
+    return calibration
