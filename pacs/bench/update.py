@@ -111,8 +111,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if env.active:
         ranks = [None] * env.world_size
         dist.all_gather_object(ranks, mine)
-    if dist.is_initialized():
-        dist.destroy_process_group()
     if not env.main:
         return None
     state = 16 * n // (env.world_size if t.strategy == "fsdp" else 1)
@@ -127,8 +125,10 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
 
 
 def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
-            response_length: int, steps: int, peak_flops: float | None = None) -> dict:  # fmt: skip
-    """``update_worker`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1)."""
+            response_length: int, steps: int, peak_flops: float | None = None,
+            timeout_s: float = 3600) -> dict:  # fmt: skip
+    """``update_worker`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1); a
+    run past ``timeout_s`` is killed and raises."""
     spec = json.dumps({"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows,
                        "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
                        "peak_flops": peak_flops})  # fmt: skip
@@ -139,7 +139,7 @@ def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, p
     # allocations of 64 KiB and above from mmap go back to the OS when freed, as a GPU allocator's would
     env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", **os.environ}
     done = subprocess.run([*launcher, "-m", "pacs.bench.update", spec], capture_output=True, text=True, env=env,
-                          check=False)  # fmt: skip
+                          check=False, timeout=timeout_s)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"pacs.bench.update ({nproc} ranks, {trainer}) failed: {done.stderr[-3000:]}")
     return json.loads([x for x in done.stdout.splitlines() if x.startswith("{")][-1])
@@ -164,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     result = update_worker(**spec)
     if result is not None:
         print(json.dumps(result), flush=True)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        # no destroy_process_group: it can deadlock with gloo's worker thread, which needs the GIL to free the
+        # all_gather_object tensors while destroy holds it and waits for that thread (seen once in CI); exit
+        # without finalizing instead, as nothing is left to write
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 
