@@ -145,6 +145,12 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
     assert plan.errors == []
 
 
+def test_a_transformers_engine_has_no_vllm_share_to_check():
+    plan = experiment.plan(tiny_config(train={"rollout": {"engine": "hf"}}, eval={"settings": {"engine": "hf"}}))
+    assert plan.errors == [] and all("kv_cache" not in j.memory for j in plan.jobs)
+    assert "vllm" not in plan.job("train/m/pacs").memory["generate"]
+
+
 def test_a_calibration_file_sets_the_constants(tmp_path):
     default = experiment.plan(tiny_config()).job("train/m/pacs")
     path = tmp_path / "gpu.json"
@@ -168,10 +174,10 @@ def test_a_job_too_big_for_its_gpu_is_an_error_naming_the_run_and_keys():
     update = [e for e in plan.errors if e.startswith("train/m/pacs: the update phase")]
     assert update and "train (or methods.pacs.train).trainer.strategy fsdp or more resources.train.gpu" in update[0]
     # the evaluation engine: 0.05 of an 80 GB card cannot hold a 70B model's weights, so no KV cache at all
-    plan = experiment.plan(tiny_config(eval={"settings": {"vllm": {"gpu_memory_utilization": 0.05}}}))
+    plan = experiment.plan(tiny_config(eval={"settings": {"engine": "vllm", "vllm": {"gpu_memory_utilization": 0.05}}}))
     assert plan.errors == []  # the tiny model still fits
-    plan = experiment.plan(tiny_config(models={"m": {"label": "M", "path": "org/m", "shape": big}},
-                                       eval={"settings": {"vllm": {"gpu_memory_utilization": 0.05}}}))  # fmt: skip
+    small = {"settings": {"engine": "vllm", "vllm": {"gpu_memory_utilization": 0.05}}}
+    plan = experiment.plan(tiny_config(models={"m": {"label": "M", "path": "org/m", "shape": big}}, eval=small))
     assert any(e.startswith("evaluate/m/base/step_000000/toy_heldout: vLLM's share holds")
                and "eval.settings.vllm.gpu_memory_utilization" in e for e in plan.errors)  # fmt: skip
 

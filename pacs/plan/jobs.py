@@ -150,8 +150,8 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
 
 
 def _check_kv(job: Job, keys: str) -> None:
-    kv = job.memory["kv_cache"]
-    if job.gpus and kv["cache"] < kv["per_sequence"]:
+    kv = job.memory.get("kv_cache")
+    if job.gpus and kv and kv["cache"] < kv["per_sequence"]:
         job.errors.append(f"{job.name}: vLLM's share holds {_gb(max(kv['cache'], 0))} of KV cache after its "
                           f"{_gb(kv['weights'])} of weights, less than one sequence of {kv['max_model_len']} "
                           f"tokens ({_gb(kv['per_sequence'])}); change {keys}")  # fmt: skip

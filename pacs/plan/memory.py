@@ -78,7 +78,7 @@ def micro_batch_tokens(run: dict) -> tuple[int, int]:
 def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_critic: bool,
                     gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:  # fmt: skip
     """``{"update": {component: bytes}, "generate": {...}, "kv_cache": {...}}`` per GPU of run config ``run``
-    on ``gpus`` GPUs (0: one CPU process)."""
+    on ``gpus`` GPUs (0: one CPU process); no ``kv_cache`` without a vLLM engine."""
     d, t = dims(shape), run["trainer"]
     world = max(gpus, 1)
     bm = DTYPE_BYTES[run["model"]["dtype"]]
@@ -104,18 +104,22 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     if vllm and run["rollout"]["vllm"].get("sleep_level", 2) == 0:
         update["vllm (awake)"] = share
     generate = {k: update[k] for k in ("parameters", "optimizer", "reference", "overhead")}
-    generate["vllm"] = share
+    if vllm:
+        generate["vllm"] = share
     weights = d["params"] * bc
     length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][
         "max_response_length"]  # fmt: skip
     per_token = d["kv_bytes_per_token_fp"] * bc
+    if run["rollout"]["engine"] != "vllm":  # transformers samples from the trained policy itself
+        return {"update": update, "generate": generate}
     kv = {"weights": weights, "cache": share - weights - vllm_overhead if vllm else 0,
           "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
     return {"update": update, "generate": generate, "kv_cache": kv}
 
 
 def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:
-    """``{"generate": {...}, "kv_cache": {...}}`` per GPU of one evaluation (one vLLM engine, bf16 weights)."""
+    """``{"generate": {...}, "kv_cache": {...}}`` per GPU of one evaluation (one vLLM engine, bf16 weights;
+    ``engine: auto`` counts as vLLM, what a GPU node runs)."""
     d = dims(shape)
     b = 2 if settings["dtype"] == "auto" else DTYPE_BYTES[settings["dtype"]]
     tp = settings["vllm"]["tensor_parallel_size"]
@@ -124,6 +128,8 @@ def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_ov
     length = settings["vllm"]["max_model_len"] or EVAL_PROMPT_TOKENS + settings["max_tokens"]
     per_token = d["kv_bytes_per_token_fp"] * b // tp
     generate = {"vllm": share if gpus else weights, "overhead": overhead if gpus else 0}
+    if settings["engine"] == "hf":  # transformers: the weights and its own cache (not counted)
+        return {"generate": {"weights": weights, "overhead": overhead if gpus else 0}}
     kv = {"weights": weights, "cache": share - weights - vllm_overhead if gpus else 0,
           "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
     return {"generate": generate, "kv_cache": kv}
