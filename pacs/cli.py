@@ -372,8 +372,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed")
-    parser.add_argument("--train-size", type=int, default=4000, help="toy task: training problems")
-    parser.add_argument("--heldout-size", type=int, default=200, help="toy task: held-out problems")
+    from pacs.data.toy import HELDOUT_SIZE, TRAIN_SIZE
+
+    parser.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="toy task: training problems")
+    parser.add_argument("--heldout-size", type=int, default=HELDOUT_SIZE, help="toy task: held-out problems")
 
 
 def _eval_arguments(parser: argparse.ArgumentParser) -> None:

@@ -45,12 +45,13 @@ def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm
 def test_a_model_shape_counts_its_parameters():
     from transformers import AutoModelForCausalLM
 
-    from pacs.models.shapes import SHAPES, parameter_count, qwen2_config
+    from pacs.models.shapes import SHAPES, qwen2_config
+    from pacs.plan.memory import dims
 
     for name in SHAPES:  # small copies of each shape: built, not only counted
         config = qwen2_config(name, num_hidden_layers=1, vocab_size=64, intermediate_size=32)
-        assert parameter_count(config) == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    assert 7.61e9 < parameter_count(qwen2_config("qwen2.5-7b")) < 7.62e9  # its model card: 7.61 B
+        assert dims(config)["params"] == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    assert 7.61e9 < dims(qwen2_config("qwen2.5-7b"))["params"] < 7.62e9  # its model card: 7.61 B
     with pytest.raises(ValueError, match="num_layers"):
         qwen2_config("qwen2.5-0.5b", num_layers=2)
 

@@ -51,7 +51,8 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
-    from pacs.models.shapes import parameter_count, qwen2_config
+    from pacs.models.shapes import qwen2_config
+    from pacs.plan.memory import dims
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
     from pacs.train.logprobs import PolicyScorer
@@ -93,7 +94,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         optimizer.zero_grad(set_to_none=True)
         float(norm)  # waits for the step on GPU
         seconds.append(time.perf_counter() - start)
-    n = parameter_count(config)
+    n = dims(config)["params"]
     tokens = rows * length * env.world_size  # per step, all ranks
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
     peak_rss = _status_bytes("VmHWM")

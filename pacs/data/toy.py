@@ -15,6 +15,9 @@ from pacs.data.sources import RawRow
 DATA_SOURCE = "toy_addition"
 
 
+TRAIN_SIZE, HELDOUT_SIZE = 4000, 200  # the toy task's default splits
+
+
 def toy_problem(a: int, b: int) -> str:
     return f"What is {a} + {b}?"
 

@@ -1,5 +1,5 @@
 """The architectures of the paper's models, as their ``config.json`` on the Hugging Face hub gives them, to
-build models with random weights (benchmarks on a machine with no hub), to count their parameters, and to
+build models with random weights (benchmarks on a machine with no hub) and to
 plan a workflow config's jobs (``model_shape``) without downloading anything.
 
 ``qwen2_config("qwen2.5-0.5b", num_hidden_layers=4)`` is a ``Qwen2Config``; keys override the shape.
@@ -55,16 +55,6 @@ def qwen2_config(name: str, **overrides):
     if unknown:
         raise ValueError(f"model shape {name}: {', '.join(sorted(unknown))} is not a Qwen2Config key")
     return Qwen2Config(**{**_QWEN2, **SHAPES[name], **overrides})
-
-
-def parameter_count(config) -> int:
-    """Parameters of a Qwen2 causal LM of ``config`` (tied embeddings counted once), without building it."""
-    h, i, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    head = h // config.num_attention_heads
-    kv = config.num_key_value_heads * head
-    attention = h * h + 2 * h * kv + (h + 2 * kv) + h * h  # q, k, v (with biases), o
-    layer = attention + 3 * h * i + 2 * h  # gate, up, down; two RMSNorms
-    return vocab * h * (1 if config.tie_word_embeddings else 2) + layers * layer + h
 
 
 def model_shape(spec: dict, where: str) -> SimpleNamespace:

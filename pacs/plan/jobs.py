@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from pacs.algorithms import get_objective
 from pacs.config import ConfigError, from_dict
+from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.memory import dims, evaluation_memory, training_memory
 
@@ -26,7 +27,7 @@ from pacs.plan.memory import dims, evaluation_memory, training_memory
 MEAN_PROMPT_TOKENS = 128
 # test-split sizes of the benchmarks (the hub datasets pacs.data.sources names), and the toy task's default
 PROBLEMS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319, "beyondaime": 100,
-            "toy_heldout": 200}  # fmt: skip
+            "toy_heldout": HELDOUT_SIZE}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -181,9 +182,9 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
     from pacs.plan.calibration import load_calibration
 
     settings = from_dict(PlanSettings, config.get("plan") or {}, "config: plan")
-    cal = load_calibration(settings.calibration, settings.gpu)
     if settings.gpu and settings.calibration:
         raise ConfigError("config: plan.gpu and plan.calibration both name a GPU; set one")
+    cal = load_calibration(settings.calibration, settings.gpu)
     shapes = {m: model_shape(spec, f"config: models.{m}") for m, spec in config["models"].items()}
     resources = config["resources"]
 
