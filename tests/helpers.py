@@ -46,9 +46,11 @@ def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):
 
 
 def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, micro_prompts: int, mini_prompts: int,
-               strategy: str = "ddp", max_tokens: int | None = None, chunk_size: int | None = 1024):  # fmt: skip
-    """Old log-probs, values, prepare and one critic + actor update, as ``train_step`` does; returns the
-    full weights of the policy (and critic) after it, and the actor's metrics."""
+               strategy: str = "ddp", max_tokens: int | None = None, chunk_size: int | None = 1024,
+               share_prompt: bool = False):  # fmt: skip
+    """Old log-probs, values, prepare and one critic + actor update, as ``train_step`` does (each group's
+    prompt shared, or every row whole); returns the full weights of the policy (and critic) after it, and
+    the actor's metrics."""
     torch.manual_seed(0)
     objective = get_objective(algorithm)
     config = from_dict(objective.config, options)
@@ -56,10 +58,10 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
     rows = torch.from_numpy(prompts[:, None] * N + np.arange(N)).flatten()
     local = {k: v[rows] for k, v in batch.items()}
     policy = AutoModelForCausalLM.from_pretrained(model_path)
-    module = wrap(PolicyScorer(policy, chunk_size), env, strategy)
+    module = wrap(PolicyScorer(policy, chunk_size, share_prompt), env, strategy)
     micro_rows, mini_rows = micro_prompts * N, mini_prompts * N // env.world_size
     plan = fixed_plan(local["rewards"].shape[0] // N, micro_prompts)
-    (local["old_logprobs"],) = forward_pass(local, plan, N, lambda m: token_logprobs(module, m, 1.0)[:1])
+    (local["old_logprobs"],) = forward_pass(local, plan, N, lambda m: token_logprobs(module, m, 1.0, None, N)[:1])
     critic = None
     if objective.value_loss is not None:
         cfg = AutoConfig.from_pretrained(model_path, num_labels=1, classifier_dropout=0.0)
@@ -78,7 +80,7 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
         update(critic_module, optimizer, value_loss, local, objective.value_reduction(config), **sizes)
 
     def loss(m):
-        return objective.loss({**m, "logprobs": token_logprobs(module, m, 1.0)[0]}, N, config)
+        return objective.loss({**m, "logprobs": token_logprobs(module, m, 1.0, None, N)[0]}, N, config)
 
     optimizer = torch.optim.SGD(module.parameters(), lr=0.5)  # SGD: parameters move with the gradient itself
     metrics = update(module, optimizer, loss, local, objective.reduction(config), **sizes)
@@ -87,7 +89,8 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
 
 
 def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorithm, options, out_file) -> None:
-    """Both strategies on the same batch, and fsdp with token-budget micro-batches; rank 0 saves them all."""
+    """Both strategies on the same batch, and fsdp with token-budget micro-batches, each group's prompt shared
+    (two forwards through every FSDP unit before one backward); rank 0 saves them all."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     env = init_distributed(rank, world)
@@ -95,7 +98,8 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
     results = {}
     for name, strategy, max_tokens in (("ddp", "ddp", None), ("fsdp", "fsdp", None), ("fsdp-tokens", "fsdp", 400)):
         policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1,
-                                             mini_prompts=4, strategy=strategy, max_tokens=max_tokens)  # fmt: skip
+                                             mini_prompts=4, strategy=strategy, max_tokens=max_tokens,
+                                             share_prompt=True)  # fmt: skip
         results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
         torch.save(results, out_file)

@@ -22,7 +22,8 @@ def free_port() -> int:
     [("pacs", {}), ("grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "max_response_length": 12}), ("ppo", {})],
 )
 def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm, options):
-    """DDP, FSDP2 and FSDP2 with token-budget micro-batches on two ranks against one process, unsharded."""
+    """DDP, FSDP2 and FSDP2 with token-budget micro-batches on two ranks, prompts shared, against one process,
+    unsharded, every row whole."""
     out, batch_file = tmp_path / "rank0.pt", tmp_path / "batch.pt"
     batch = fixed_batch(raw_tiny_model, toy_data)
     torch.save(batch, batch_file)

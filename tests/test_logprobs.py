@@ -1,9 +1,12 @@
-"""Chunked log-probs against the full logits, their memory, and the token-budget packing of groups."""
+"""Chunked log-probs against the full logits, their memory, a group's shared prompt against whole rows, and the
+token-budget packing of groups."""
 
+import pytest
 import torch
 
 from pacs.bench.memory import measure_in_fresh_process, padding
-from pacs.train.logprobs import ChunkedLogprobs, chunked_entropy
+from pacs.train.batch import token_logprobs
+from pacs.train.logprobs import ChunkedLogprobs, PolicyScorer, chunked_entropy
 from pacs.train.packing import cost, deal, equalize, fixed_plan, pack
 
 
@@ -66,3 +69,62 @@ def test_padding_report_counts_tokens_both_ways():
     # the long groups alone (2 × 220), the two short ones together (60): no padding left
     assert report["budget_tokens"] == 500 and report["budget_micro_batches"] == 3
     assert report["padding_removed_frac"] == 1.0
+
+
+def _grouped_batch(n: int, seed: int = 0):
+    """Groups of n responses to one prompt each, prompts and responses of different lengths (padding both ways)."""
+    from pacs.rollout import Completion
+    from pacs.train.batch import rollout_batch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(1, 64, (length,), generator=g).tolist() for length in (5, 9, 3)]
+    groups = [[Completion(tuple(torch.randint(1, 64, (int(torch.randint(1, 7, (1,), generator=g)),),
+                                              generator=g).tolist()), "", "stop") for _ in range(n)]
+              for _ in prompts]  # fmt: skip
+    return rollout_batch(prompts, groups, 0)
+
+
+def _small_qwen2(**overrides):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    size = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    return Qwen2ForCausalLM(Qwen2Config(**size, num_key_value_heads=2, tie_word_embeddings=False, **overrides))
+
+
+@pytest.mark.parametrize("chunk_size", [4, None])
+def test_a_shared_prompt_gives_what_whole_rows_give(chunk_size):
+    """Each group's prompt through the decoder once (keys and values read by its n responses), against every
+    row whole: the same log-probs, entropy and gradients, with and without activation checkpointing."""
+    n, batch = 4, _grouped_batch(4)
+    model = _small_qwen2()
+    upstream = torch.randn(batch["response_mask"].shape, generator=torch.Generator().manual_seed(1))
+
+    def run(share: bool, checkpointing: bool = False):
+        model.zero_grad()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        logprobs, entropy = token_logprobs(PolicyScorer(model, chunk_size, share_prompt=share), batch, 0.7, "grad", n)
+        ((logprobs + 0.1 * entropy) * upstream).sum().backward()
+        if checkpointing:
+            model.gradient_checkpointing_disable()
+        return logprobs.detach(), entropy.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    whole = run(share=False)
+    for shared in (run(share=True), run(share=True, checkpointing=True)):
+        torch.testing.assert_close(shared[0], whole[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(shared[1], whole[1], atol=1e-5, rtol=0)
+        for name, grad in whole[2].items():
+            torch.testing.assert_close(shared[2][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert (whole[0] != 0).sum() == batch["response_mask"].sum()  # every response token scored
+
+
+def test_prompt_sharing_refuses_what_it_cannot_share():
+    model = _small_qwen2()
+    batch = _grouped_batch(4)
+    scorer = PolicyScorer(model, 4, share_prompt=True)
+    with pytest.raises(ValueError, match="groups of 3"):  # 12 rows as groups of 3 mix two prompts
+        token_logprobs(scorer, batch, 1.0, None, 3)
+    with pytest.raises(ValueError, match="trainer.share_prompt"):
+        PolicyScorer(_small_qwen2(attn_implementation="eager"), 4, share_prompt=True)

@@ -121,7 +121,8 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
         return 2 * head * tokens + 4 * 2 * 64 * context * tokens
 
     generate_flops = forward(256 * 10 + 32 * 12, 12 + 5)
-    update_flops = 3 * forward(256 * 22, 11) + forward(16 * 8 * 22, 11)
+    # the policy takes each prompt once for its 8 responses (trainer.share_prompt): 12 + 8 × 10 tokens a prompt
+    update_flops = 3 * forward(32 * 92, 11) + forward(16 * 92, 11)
     assert pacs.flops == pytest.approx(10 * (generate_flops + update_flops))
     step = (generate_flops / cal.generate_mfu + update_flops / cal.train_mfu) / (cal.peak_flops * 2)
     assert pacs.seconds == pytest.approx(cal.startup_s + 10 * step)

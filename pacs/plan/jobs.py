@@ -9,8 +9,9 @@ Tokens come from the config (batch, n, steps, problems × n) and two assumed mea
 a forward and backward, plus attention, 4·q·c per token and layer for c tokens of context (half the
 sequence on average under the causal mask). A step is its generation FLOPs at ``generate_mfu`` and its
 update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
-``epochs`` updates) at ``train_mfu``, on all the job's GPUs; a job adds ``startup_s``; its runtime is that
-times ``plan.runtime_margin``, rounded up to 10 minutes.
+``epochs`` updates) at ``train_mfu``, on all the job's GPUs (with ``trainer.share_prompt`` the policy and
+reference take each prompt once for its n responses, the critic every row whole); a job adds ``startup_s``;
+its runtime is that times ``plan.runtime_margin``, rounded up to 10 minutes.
 """
 
 import math
@@ -93,9 +94,16 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     scored = (t["batch_size"] - fresh) * r["n"] * length  # old log-probs
     scored += rows * length * (("ref_logprobs" in needs) + critic)
     trained = t["epochs"] * rows * length
+
+    def policy(prompts: int) -> int:  # tokens the policy or reference computes for these prompts' rows
+        return prompts * (prompt + r["n"] * response) if t["share_prompt"] else prompts * r["n"] * length
+
     generate = forward_flops(d, rows * response + t["batch_size"] * prompt, prompt + response / 2)
-    update = 3 * forward_flops(d, trained, length / 2) + forward_flops(d, scored, length / 2)
-    if critic:
+    update = 3 * forward_flops(d, t["epochs"] * policy(t["batch_size"]), length / 2)
+    update += forward_flops(d, policy(t["batch_size"] - fresh) + policy(t["batch_size"]) * ("ref_logprobs" in needs),
+                            length / 2)  # fmt: skip
+    if critic:  # the critic takes every row whole
+        update += forward_flops(d, rows * length, length / 2, head=False)
         update += 3 * forward_flops(d, trained, length / 2, head=False)
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,

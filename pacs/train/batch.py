@@ -63,16 +63,17 @@ def trimmed(batch: Batch) -> Batch:
 
 
 def token_logprobs(
-    scorer, batch: Batch, temperature: float, entropy: str | None = None
+    scorer, batch: Batch, temperature: float, entropy: str | None = None, group_size: int = 1
 ) -> tuple[Tensor, Tensor | None]:
     """log π(o_t | q, o_<t) (B, T) of the response tokens, and the policy's entropy (B, T) if asked
-    ("no_grad" or "grad"); 0 at padding. ``scorer`` is a ``pacs.train.logprobs.PolicyScorer``, wrapped or not.
+    ("no_grad" or "grad"); 0 at padding. ``scorer`` is a ``pacs.train.logprobs.PolicyScorer``, wrapped or not;
+    ``group_size``: the rows come in groups of this many with one prompt (the scorer may share it).
 
     Logits are divided by the sampling temperature, as verl does, so that π is the sampled distribution.
     """
     return scorer(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                   position_ids=batch["position_ids"], response_mask=batch["response_mask"],
-                  temperature=temperature, entropy=entropy)  # fmt: skip
+                  temperature=temperature, entropy=entropy, group_size=group_size)  # fmt: skip
 
 
 def token_values(critic, batch: Batch) -> Tensor:

@@ -89,6 +89,9 @@ class TrainerConfig:
     gradient_checkpointing: bool = False  # recompute each decoder layer's activations in backward
     # positions per chunk of the LM head in the log-prob and entropy computations; null: whole micro-batch logits
     logprob_chunk_size: int | None = 1024
+    # each group's prompt through the policy and reference once, its keys and values read by its n responses
+    # (pacs.train.logprobs); false: every row whole, as verl and TRL do
+    share_prompt: bool = True
 
     def __post_init__(self):
         for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):

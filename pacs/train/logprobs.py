@@ -9,6 +9,12 @@ weight and the log-sum-exp, so the largest logit tensor alive is (chunk_size, vo
 ``PolicyScorer`` wraps a causal LM so that the whole computation, head included, runs inside one
 module's forward: FSDP2 all-gathers the root's parameters (embedding, final norm, head) around it and
 reduce-scatters their gradients after it, as it does for the decoder layers.
+
+With ``group_size`` n > 1 (rows in groups of n that share one prompt, as rollouts are laid out), each
+prompt goes through the decoder once: its keys and values are then read by its n responses, as a KV
+cache is in generation. The linear layers' work on the prompt is paid once per group instead of n
+times; gradients flowing back through the shared keys and values sum over the n responses, as they
+would over n copies. The same values as n separate rows, to float rounding.
 """
 
 import torch
@@ -71,34 +77,107 @@ def chunked_entropy(hidden: Tensor, weight: Tensor, temperature: float, chunk_si
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
+class _PromptKV:
+    """Where the decoder's attention layers leave the prompt's keys and values (the ``past_key_values``
+    they write). A checkpointed layer's recompute writes them again: the same values, and nothing reads
+    the copy, so the layers may keep this cache under gradient checkpointing."""
+
+    def __init__(self):
+        self.layers: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def update(self, key: Tensor, value: Tensor, layer_idx: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        self.layers[layer_idx] = (key, value)
+        return key, value
+
+
+class _SharedPrompt:
+    """The responses' ``past_key_values``: each layer attends to its group's prompt keys and values (repeated
+    for the group's n rows) before the responses' own. It only reads, so a recompute reads the same."""
+
+    def __init__(self, prompt: _PromptKV, n: int):
+        self.layers, self.n = dict(prompt.layers), n
+
+    def update(self, key: Tensor, value: Tensor, layer_idx: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        prompt_key, prompt_value = (x.repeat_interleave(self.n, 0) for x in self.layers[layer_idx])
+        return torch.cat([prompt_key, key], 2), torch.cat([prompt_value, value], 2)
+
+
+def check_prompt_sharing(model: torch.nn.Module) -> None:
+    """Sharing builds its own attention masks: SDPA boolean masks over full (not sliding-window) attention."""
+    config = model.config
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    if config._attn_implementation != "sdpa" or set(layer_types) != {"full_attention"}:
+        raise ValueError(
+            f"trainer.share_prompt needs SDPA attention over full (not sliding-window) layers; this model has "
+            f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.share_prompt false"
+        )
+
+
+def shared_prompt_hidden(decoder: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
+                         width_t: int, n: int) -> Tensor:  # fmt: skip
+    """The final hidden states (B, T, H) that predict the T response tokens, each group's prompt through
+    ``decoder`` (the model's base) once. Rows: groups of n with the same (left-padded) prompt."""
+    rows, width = input_ids.shape
+    width_p = width - width_t
+    prompt_ids, seen = input_ids[::n, :width_p], attention_mask.bool()
+    if not (input_ids[:, :width_p].view(-1, n, width_p) == prompt_ids[:, None]).all():
+        raise ValueError(f"prompt sharing needs rows in groups of {n} with one prompt each")
+
+    def causal(size: int, keys: Tensor) -> Tensor:  # (rows, size, size): real keys up to each position, and itself
+        lower = torch.ones(size, size, dtype=torch.bool, device=keys.device).tril()
+        return (lower & keys[:, None, :]) | torch.eye(size, dtype=torch.bool, device=keys.device)
+
+    # boolean masks of (rows, 1, queries, keys), as SDPA takes them; a padding position sees itself
+    kv, mask = _PromptKV(), causal(width_p, seen[::n, :width_p])
+    prompt = decoder(input_ids=prompt_ids, attention_mask={"full_attention": mask[:, None]},
+                     position_ids=position_ids[::n, :width_p], past_key_values=kv, use_cache=False)  # fmt: skip
+    mask = torch.cat([seen[:, None, :width_p].expand(rows, width_t, width_p), causal(width_t, seen[:, width_p:])], -1)
+    response = decoder(input_ids=input_ids[:, width_p:], attention_mask={"full_attention": mask[:, None]},
+                       position_ids=position_ids[:, width_p:], past_key_values=_SharedPrompt(kv, n),
+                       use_cache=False)  # fmt: skip
+    # the hidden state at position j predicts token j + 1: the first response token's is the prompt's last
+    last = prompt.last_hidden_state[:, -1:].repeat_interleave(n, 0)
+    return torch.cat([last, response.last_hidden_state[:, :-1]], 1)
+
+
 class PolicyScorer(torch.nn.Module):
     """A causal LM as the trainer calls it: ``forward(batch pieces) -> (logprobs (B, T), entropy (B, T) | None)``
     over the response positions (0 at padding). ``chunk_size`` None computes the full logits (the old path,
     kept to check against)."""
 
-    def __init__(self, model: torch.nn.Module, chunk_size: int | None):
+    def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False):
+        """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_prompt_sharing``)."""
         super().__init__()
-        self.model, self.chunk_size = model, chunk_size
+        self.model, self.chunk_size, self.share_prompt = model, chunk_size, share_prompt
         self._no_split_modules = getattr(model, "_no_split_modules", None)
+        if share_prompt:
+            check_prompt_sharing(model)
+            for layer in model.modules():  # they may keep the prompt's cache under checkpointing (see _PromptKV)
+                if hasattr(layer, "_can_checkpoint_with_cache"):
+                    layer._can_checkpoint_with_cache = True
 
     def forward(self, input_ids, attention_mask, position_ids, response_mask, temperature: float = 1.0,
-                entropy: str | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-        """``entropy``: None, "no_grad" (for logging) or "grad" (an entropy loss term)."""
+                entropy: str | None = None, group_size: int = 1) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """``entropy``: None, "no_grad" (for logging) or "grad" (an entropy loss term). ``group_size``: rows
+        come in groups of this many with one prompt (shared when ``share_prompt``)."""
         width_t = response_mask.shape[1]
         targets = input_ids[:, -width_t:]
+        decoder, head = self.model.base_model, self.model.get_output_embeddings()
+        if self.share_prompt and group_size > 1:
+            hidden = shared_prompt_hidden(decoder, input_ids, attention_mask, position_ids, width_t, group_size)
+        else:
+            out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+            # the hidden state at position j predicts token j + 1: the response's come from the prompt's last token on
+            hidden = out.last_hidden_state[:, -width_t - 1 : -1]
         if self.chunk_size is None:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-            logprobs = torch.log_softmax(logits[:, -width_t - 1 : -1].float() / temperature, -1)
+            logprobs = torch.log_softmax(head(hidden).float() / temperature, -1)
             chosen = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             ent = None
             if entropy is not None:
                 ent = -(logprobs.exp() * logprobs).sum(-1)
                 ent = ent if entropy == "grad" else ent.detach()
             return torch.where(response_mask, chosen, 0.0), ent if ent is None else torch.where(response_mask, ent, 0.0)
-        out = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        # the hidden state at position j predicts token j + 1: the response's come from the prompt's last token on
-        hidden = out.last_hidden_state[:, -width_t - 1 : -1][response_mask]  # (N, H): response tokens only
-        head = self.model.get_output_embeddings()
+        hidden = hidden[response_mask]  # (N, H): response tokens only
         if getattr(head, "bias", None) is not None:
             raise ValueError("chunked log-probs need an LM head without bias; set trainer.logprob_chunk_size: null")
         chosen = ChunkedLogprobs.apply(hidden, head.weight, targets[response_mask], temperature, self.chunk_size)

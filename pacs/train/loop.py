@@ -233,13 +233,13 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
     torch.manual_seed(config.trainer.seed)  # the critic's new value head
     t, dtype = config.trainer, getattr(torch, config.model.dtype)
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
-    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size), t, env)
+    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size, t.share_prompt), t, env)
     models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
                     _adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
     if "ref_logprobs" in needs:
         reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
         reference.eval().requires_grad_(False)
-        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size), t, env, trained=False)
+        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size, t.share_prompt), t, env, trained=False)
     if objective.value_loss is not None:
         path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
         critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
@@ -304,13 +304,13 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
     if fresh < shape[0]:
         rest = {k: v[fresh:] for k, v in batch.items()}
         batch["old_logprobs"][fresh:], entropy[fresh:] = forward_pass(
-            rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad"),
+            rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad", n),
             device,
         )  # fmt: skip
     plan = micro_plan(batch, n, config, env) if reference is not None or critic is not None else []
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(
-            batch, plan, n, lambda m: token_logprobs(reference, m, temperature)[:1], device
+            batch, plan, n, lambda m: token_logprobs(reference, m, temperature, None, n)[:1], device
         )
     if critic is not None:
         (batch["values"],) = forward_pass(batch, plan, n, lambda m: [token_values(critic, m)], device)
@@ -349,7 +349,7 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
         row = micro.pop("row")
         on_policy = bool((row != -1).all())  # a micro-batch lies in one mini-batch: all fresh or none
         mode = "grad" if with_entropy else "no_grad" if on_policy else None
-        logprobs, ent = token_logprobs(policy, micro, temperature, mode)
+        logprobs, ent = token_logprobs(policy, micro, temperature, mode, n)
         if on_policy:  # the weights that sampled these rows score them: their old log-probs are these
             micro["old_logprobs"] = logprobs.detach()
             if (row >= 0).all():
