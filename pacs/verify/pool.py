@@ -4,10 +4,10 @@
 - Identical (gold, answer) pairs are scored once (the n answers of a group often repeat).
 - Work goes out in chunks, the next one sent while the worker still scores the last (a thread in the
   worker takes it off the pipe), so workers never wait for the parent; a worker reports each answer
-  as it finishes, so the parent knows when the current answer started. Past ``timeout_s + grace_s``
-  the worker is killed and replaced, the answer is a ``timeout`` and the rest of what it was sent is
-  queued again. A worker that dies on its own gives ``error``. The caller never hangs and never sees
-  an exception from a bad answer.
+  as it finishes, with the time, so the parent knows when the current answer started (and reads all
+  that has arrived at each wake-up). Past ``timeout_s + grace_s`` the worker is killed and replaced,
+  the answer is a ``timeout`` and the rest of what it was sent is queued again. A worker that dies on
+  its own gives ``error``. The caller never hangs and never sees an exception from a bad answer.
 """
 
 import multiprocessing as mp
@@ -46,7 +46,7 @@ def _worker_main(conn, config: VerifyConfig) -> None:
                 verdict = score_answer(gold, answer, config)
             except DeadlineExceeded:  # the alarm fired just as scoring returned
                 verdict = Verdict("timeout", 0.0, "")
-            conn.send((idx, verdict))
+            conn.send((idx, verdict, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all processes
 
 
 class _Worker:
@@ -148,7 +148,8 @@ class VerifierPool:
             ready = wait([w.conn for w in self._workers], timeout=max(0.0, next_deadline - now))
             for w in list(self._workers):
                 if w.conn in ready:
-                    self._receive(w, results, pending)
+                    while self._receive(w, results, pending) and w.conn.poll():
+                        pass
             now = time.monotonic()
             for w in list(self._workers):
                 if w.chunk and now - w.started > self.hard_deadline_s:
@@ -157,7 +158,8 @@ class VerifierPool:
                     self._replace(w)
         return results  # type: ignore[return-value]
 
-    def _receive(self, w: _Worker, results: list, pending: deque) -> None:
+    def _receive(self, w: _Worker, results: list, pending: deque) -> bool:
+        """One message of ``w``; False when ``w`` died (and was replaced)."""
         try:
             msg = w.conn.recv()
         except (EOFError, OSError):  # the worker died by itself (OOM, segfault)
@@ -171,15 +173,16 @@ class VerifierPool:
                 results[w.chunk.popleft()] = Verdict("error", 0.0, "verifier worker died")
                 pending.extendleft(reversed(w.chunk))
             self._replace(w)
-            return
+            return False
         if msg == _READY:
             w.ready = True
-            return
-        idx, verdict = msg
+            return True
+        idx, verdict, finished = msg
         assert w.chunk and w.chunk[0] == idx, "worker answered out of order"
         w.chunk.popleft()
         results[idx] = verdict
-        w.started = time.monotonic()
+        w.started = finished  # when the worker began the next answer
+        return True
 
 
 def status_counts(verdicts: Iterable[Verdict]) -> dict[str, int]:

@@ -73,11 +73,18 @@ def _parse_gold(gold: str, config: VerifyConfig) -> list:
     return parse(text, _extractors(config.gold_extraction), parsing_timeout=None)
 
 
+@lru_cache(maxsize=1024)
+def _parse_answer(answer: str, extraction: tuple[str, ...]) -> list:
+    # Cached: sampled answers repeat across groups and steps (short final answers above all). Parsing is
+    # pure and its result is not mutated; a deadline exception is not cached.
+    return parse(answer, _extractors(extraction), parsing_timeout=None)
+
+
 def _score(gold: str, answer: str, config: VerifyConfig) -> Verdict:
     gold_parsed = _parse_gold(gold, config)
     if not gold_parsed:
         return Verdict("gold_unparseable", 0.0, "")
-    answer_parsed = parse(answer, _extractors(config.answer_extraction), parsing_timeout=None)
+    answer_parsed = _parse_answer(answer, config.answer_extraction)
     if not answer_parsed:
         return Verdict("no_answer", 0.0, "")
     extracted = str(answer_parsed[-1])  # parse() returns [sympy form, source string]
