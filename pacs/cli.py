@@ -24,7 +24,7 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
 
         real = [r.gold for r in load_gold_rows(args.data_dir, args.real_golds)]
     report = run_verifier_bench(
-        args.answers, args.groups, args.n, args.distinct_per_group, args.seed, _verify_config(args), real
+        args.answers, args.groups, args.n, args.distinct_per_group, args.seed, _verify_config(args), real, args.rounds
     )
     atomic_write_json(args.out, report)
     print(f"{'measurement':32s} {'answers':>8s} {'answers/s':>10s}")
@@ -410,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
     bv.add_argument("--real-golds", metavar="BENCHMARK", help="also its golds answered in groups of --n (math500)")
     bv.add_argument("--data-dir", type=Path, default=Path("../shared/data"), help="where --real-golds are read")
+    bv.add_argument("--rounds", type=int, default=3, help="--real-golds: rounds of new answers (medians reported)")
     bv.add_argument("--out", type=Path, default=Path("results/bench/verifier.json"))
     bv.set_defaults(func=cmd_bench_verifier)
     bt = what.add_parser("train", help="seconds per step and accuracy gain of each algorithm on the tiny model")

@@ -50,16 +50,18 @@ def test_normalisation_removed_source_quirks(checks):
 
 def test_the_pool_gives_plain_math_verify_verdicts_on_the_real_bench_set(shared_data):
     """The `pacs bench verifier --real-golds math500` answers (every MATH-500 gold, in groups of 8 drawn
-    from 3 texts each): the pool's verdict on every answer is math-verify's in this process."""
-    from pacs.bench.verifier import real_grouped_batch
+    from 3 texts each): the pool's verdict on every answer is math-verify's own (parse both, verify) in this
+    process, with none of the pool's de-duplication or the scorer's caches."""
+    from pacs.bench.verifier import plain_math_verify, real_grouped_batch
     from pacs.data.sources import load_gold_rows
-    from pacs.verify import VerifyConfig, score_answer
+    from pacs.verify import VerifyConfig
 
     golds, answers = real_grouped_batch([r.gold for r in load_gold_rows(shared_data, "math500")], 8, 3, seed=0)
     assert len(answers) == 4000 and len(set(zip(golds, answers, strict=True))) < 1500  # answers repeat
     config = VerifyConfig()
-    plain = [score_answer(g, a, config) for g, a in zip(golds, answers, strict=True)]
+    plain = [plain_math_verify(g, a, config) for g, a in zip(golds, answers, strict=True)]
     with VerifierPool(config, workers=2, chunk_size=16) as pool:
         pooled = pool.score(golds, answers)
-    assert pooled == plain
-    assert {v.status for v in plain} >= {"correct", "wrong"}
+    assert [v.score for v in pooled] == [float(p) for p in plain]
+    assert {v.status for v in pooled} >= {"correct", "wrong"}
+    assert all(v.status in ("wrong", "no_answer") for v, p in zip(pooled, plain, strict=True) if not p)

@@ -5,7 +5,8 @@ final answer that is the gold, an equivalent form of it, a wrong value, or missi
 in-process scoring, the pool with 1 and 2 workers on distinct answers, and the pool on groups of
 n answers per prompt that repeat (as sampled answers do), where duplicates are scored once. With a
 benchmark's real golds (MATH-500 from the data directory), the same grouped case on them, against plain
-math-verify in one process, verdict for verdict.
+math-verify in one process (``plain_math_verify``: parse both, verify, for every answer), verdict for
+verdict, and against this package's scoring in one process (its caches, no pool).
 """
 
 import os
@@ -14,8 +15,12 @@ import random
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
+from statistics import median
+
+from math_verify import parse, verify
 
 from pacs.verify import VerifierPool, VerifyConfig, score_answer, status_counts
+from pacs.verify.scoring import EXTRACTORS
 
 
 @dataclass(frozen=True)
@@ -112,16 +117,74 @@ def real_grouped_batch(golds: list[str], n: int, distinct_per_group: int, seed: 
     return out_golds, answers
 
 
+def plain_math_verify(gold: str, answer: str, config: VerifyConfig) -> bool:
+    """What a reward function does with math-verify alone: parse the gold and the answer, verify, answer by
+    answer, with ``config``'s extraction and comparison settings and math-verify's own timeouts."""
+    gold_text = "\\boxed{" + gold + "}" if config.wrap_gold_in_boxed else gold
+    gold_parsed = parse(gold_text, [EXTRACTORS[n]() for n in config.gold_extraction])
+    answer_parsed = parse(answer, [EXTRACTORS[n]() for n in config.answer_extraction])
+    if not (gold_parsed and answer_parsed):
+        return False
+    return verify(gold_parsed, answer_parsed, float_rounding=config.float_rounding,
+                  numeric_precision=config.numeric_precision)  # fmt: skip
+
+
 def _rate(num: int, seconds: float) -> float:
     return round(num / seconds, 1)
 
 
+def real_golds_rounds(golds: list[str], n: int, distinct_per_group: int, seed: int, config: VerifyConfig,
+                      rounds: int, warm: tuple[list[str], list[str]]) -> dict:  # fmt: skip
+    """``golds`` answered in groups of n, ``rounds`` times, each with new answer texts and a new pool (no
+    verdict cached from an earlier round): plain math-verify in this process, this package's scorer in this
+    process, and the pool of 2 workers; each rate is the median over rounds, the speedups the medians of
+    the rounds' ratios (this machine's speed drifts between runs)."""
+    rates: dict[str, list[float]] = {"plain": [], "own": [], "pool": []}
+    agrees_plain = agrees_own = True
+    for r in range(rounds):
+        r_golds, r_texts = real_grouped_batch(golds, n, distinct_per_group, seed + r)
+        pairs = list(zip(r_golds, r_texts, strict=True))
+        t = time.perf_counter()
+        plain = [plain_math_verify(g, a, config) for g, a in pairs]
+        rates["plain"].append(len(pairs) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        own = [score_answer(g, a, config) for g, a in pairs]
+        rates["own"].append(len(pairs) / (time.perf_counter() - t))
+        with VerifierPool(config, workers=2) as pool:
+            pool.score(*warm)  # workers are up and warm, with none of this round's answers
+            t = time.perf_counter()
+            verdicts = pool.score(r_golds, r_texts)
+            rates["pool"].append(len(pairs) / (time.perf_counter() - t))
+        agrees_plain &= [v.score for v in verdicts] == [float(p) for p in plain]
+        agrees_own &= verdicts == own
+    ratio = {k: [p / b for p, b in zip(rates["pool"], rates[k], strict=True)] for k in ("plain", "own")}
+
+    def row(name: str, **more) -> dict:
+        return {"answers": len(pairs), "answers_per_s": round(median(rates[name]), 1),
+                "rounds": [round(x, 1) for x in rates[name]], **more}  # fmt: skip
+
+    return {
+        f"real_groups_of_{n}_plain_math_verify": row("plain"),
+        f"real_groups_of_{n}_in_process": row("own"),
+        f"real_groups_of_{n}_pool_2_workers": row(
+            "pool",
+            unique_pairs=len(set(pairs)),
+            speedup_over_plain_math_verify=round(median(ratio["plain"]), 2),
+            speedup_over_plain_math_verify_rounds=[round(x, 2) for x in ratio["plain"]],
+            speedup_over_in_process=round(median(ratio["own"]), 2),
+            statuses=status_counts(verdicts),
+            agrees_with_plain_math_verify=agrees_plain,
+            agrees_with_in_process=agrees_own,
+        ),
+    }
+
+
 def run_verifier_bench(
     answers: int, groups: int, n: int, distinct_per_group: int, seed: int, config: VerifyConfig,
-    real_golds: list[str] | None = None,
+    real_golds: list[str] | None = None, rounds: int = 3,
 ) -> dict:  # fmt: skip
     """Synthetic answers: in process, the pool with 1 and 2 workers, and groups of n; with ``real_golds``,
-    also those golds answered in groups of n, plain in-process math-verify against the pool of 2 workers."""
+    also those golds answered in groups of n (``real_golds_rounds``)."""
     golds, texts = distinct_batch(answers, seed)
     warm_golds, warm_texts = distinct_batch(200, seed + 1000)  # ANTLR's parser caches warm up over ~100s of parses
     for g, a in zip(warm_golds, warm_texts, strict=True):
@@ -158,25 +221,9 @@ def run_verifier_bench(
             "statuses": status_counts(verdicts),
         }
     if real_golds:
-        r_golds, r_texts = real_grouped_batch(real_golds, n, distinct_per_group, seed + 2)
-        t = time.perf_counter()
-        plain = [score_answer(g, a, config) for g, a in zip(r_golds, r_texts, strict=True)]
-        plain_rate = _rate(len(r_texts), time.perf_counter() - t)
-        rows[f"real_groups_of_{n}_in_process"] = {"answers": len(r_texts), "answers_per_s": plain_rate,
-                                                  "statuses": status_counts(plain)}  # fmt: skip
-        with VerifierPool(config, workers=2) as pool:
-            pool.score(warm_golds, warm_texts)
-            t = time.perf_counter()
-            verdicts = pool.score(r_golds, r_texts)
-            rate = _rate(len(r_texts), time.perf_counter() - t)
-        rows[f"real_groups_of_{n}_pool_2_workers"] = {
-            "answers": len(r_texts),
-            "unique_pairs": len(set(zip(r_golds, r_texts, strict=True))),
-            "answers_per_s": rate,
-            "speedup_over_in_process": round(rate / plain_rate, 2),
-            "statuses": status_counts(verdicts),
-            "agrees_with_in_process": [(v.status, v.score) for v in verdicts] == [(v.status, v.score) for v in plain],
-        }
+        rows.update(
+            real_golds_rounds(real_golds, n, distinct_per_group, seed + 2, config, rounds, (warm_golds, warm_texts))
+        )
     return {
         "bench": "verifier",
         "math_verify": version("math-verify"),
