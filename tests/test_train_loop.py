@@ -160,3 +160,47 @@ def test_bench_train_reports_each_variant_and_engine(vllm_installed, tiny_model,
         assert 0 <= row["heldout_accuracy_before"] <= 1 and 0 <= row["heldout_accuracy_after"] <= 1
     assert report["pacs/vllm/seed0"]["logprob_gap_max"] < 1e-4 and "logprob_gap_max" not in report["pacs/hf/seed0"]
     assert main([*args, "--variants", "dpo", "--out", str(out)]) == 2
+
+
+def test_a_reference_reset_zeroes_the_proxy_restarts_adamw_and_resumes_bitwise(tiny_model, toy_data, tmp_path,
+                                                                                 monkeypatch):  # fmt: skip
+    """PACS v2's reward proxy against a reference reset every 2 steps (one optimizer step per step): the
+    proxy is 0 on the steps that start at the reference (1, 3, 5) and not between; the reset step's update
+    is AdamW's first (every weight moves by lr); a run crashed after the reset resumes bitwise."""
+    config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data,
+                              algorithm={"name": "pacs", "options": {"reward_proxy": "reference"}},
+                              trainer={"mini_batch_size": 16, "reference_reset_every": 2},
+                              checkpoint={"save_every": 1}, optim={"lr": 1e-3})  # fmt: skip
+    whole = tmp_path / "whole"
+    train(load_run_config(config), whole)
+    records = read_metrics(whole / "metrics.jsonl")[1:]
+    assert [r["reference/reset"] for r in records] == [0, 0, 1, 0, 1, 0]
+    assert [r["reference/step"] for r in records] == [0, 0, 2, 2, 4, 4]
+    assert [r["actor/reward_proxy_abs_max"] == 0 for r in records] == [True, False] * 3
+    assert (whole / "checkpoints/step_000003/reference/model.safetensors").is_file()
+    assert not (whole / "checkpoints/step_000002/reference").exists()  # the starting model: nothing to save
+    reference = load_file(whole / "checkpoints/step_000004/reference/model.safetensors")
+    assert_bitwise_equal(reference, final_weights(whole, 2))  # the policy as the reset at step 3 found it
+
+    def moved_by_lr(step):  # of the weights the gradient moved (not weight decay alone), the share moved by lr (1 %)
+        before, after = final_weights(whole, step - 1), final_weights(whole, step)
+        delta = torch.cat([(after[k] - before[k]).abs().flatten() for k in after])
+        delta = delta[delta > 1e-4]
+        return float(((delta - 1e-3).abs() < 1e-5).float().mean())
+
+    moved = {step: moved_by_lr(step) for step in (3, 4, 5)}  # AdamW's first step is lr·g/|g|: lr for every weight
+    assert moved[3] > 0.9 and moved[5] > 0.9 and moved[4] < 0.2, moved  # measured 0.93, 0.98 and 0.06
+
+    crashed, write = tmp_path / "crashed", ckpt.save_optimizers
+
+    def crash_at_step_6(staging, pairs):
+        if staging.name == ".step_000006.tmp":
+            raise KeyboardInterrupt("killed while writing the checkpoint")
+        write(staging, pairs)
+
+    monkeypatch.setattr(ckpt, "save_optimizers", crash_at_step_6)
+    with pytest.raises(KeyboardInterrupt):
+        train(load_run_config(config), crashed)
+    monkeypatch.setattr(ckpt, "save_optimizers", write)
+    assert train(load_run_config(config), crashed)["start_step"] == 5  # the reference of step 5's reset, saved
+    assert_bitwise_equal(final_weights(crashed), final_weights(whole))

@@ -2,10 +2,12 @@
 
 ``DIR/checkpoints/step_000020/`` holds the policy consolidated in HF format (safetensors, config,
 tokenizer, generation config, as transformers saves them: vLLM and transformers load it as it is),
-``critic/`` for PPO, ``optimizer/`` (the optimizers' states, written by ``torch.distributed.checkpoint``:
-each rank writes its own shards, so no rank ever holds the whole state), ``trainer_state.pt`` (step,
-counters) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp`` name and renamed when every
-file is on disk, so a crash mid-write leaves only a ``.tmp`` directory, which resume deletes.
+``critic/`` for PPO, ``reference/`` once a reference reset has made the reference a snapshot of the
+policy, ``optimizer/`` (the optimizers' states, written by ``torch.distributed.checkpoint``: each rank
+writes its own shards, so no rank ever holds the whole state), ``trainer_state.pt`` (step, counters,
+the step of the last reference reset) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp``
+name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
+which resume deletes.
 """
 
 import os
@@ -49,12 +51,15 @@ def staging_dir(root: Path, step: int) -> Path:
     return Path(root) / f".{checkpoint_dir(root, step).name}.tmp"
 
 
-def save_models(staging: Path, policy, tokenizer, critic, full: dict) -> None:
-    """``full["policy"]`` (and ``full["critic"]``): every full tensor by name, gathered from the shards."""
+def save_models(staging: Path, policy, tokenizer, critic, full: dict, reference=None) -> None:
+    """``full["policy"]`` (and ``full["critic"]``, ``full["reference"]``): every full tensor by name, gathered
+    from the shards. The reference is saved once a reset has made it a snapshot of the policy."""
     policy.save_pretrained(staging, state_dict=full["policy"], safe_serialization=True)
     tokenizer.save_pretrained(staging)
     if critic is not None:
         critic.save_pretrained(staging / "critic", state_dict=full["critic"], safe_serialization=True)
+    if reference is not None:
+        reference.save_pretrained(staging / "reference", state_dict=full["reference"], safe_serialization=True)
 
 
 def save_optimizers(staging: Path, pairs: dict) -> None:

@@ -92,12 +92,15 @@ class TrainerConfig:
     # each group's prompt through the policy and reference once, its keys and values read by its n responses
     # (pacs.train.logprobs); false: every row whole, as verl and TRL do
     share_prompt: bool = True
+    # PACS v2: every K steps the reference becomes the current policy and the actor's AdamW state starts afresh
+    # (for objectives with a reference: algorithm.options.reward_proxy reference, or a KL term); null: never
+    reference_reset_every: int | None = None
 
     def __post_init__(self):
         for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_tokens_per_micro_batch", "logprob_chunk_size"):
+        for name in ("max_tokens_per_micro_batch", "logprob_chunk_size", "reference_reset_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1 or null, got {getattr(self, name)}")
         if self.compute_dtype not in (None, "float32") and self.strategy != "fsdp":
@@ -185,6 +188,9 @@ def resolve(data: dict) -> RunConfig:
     data["rollout"] = rollout
     config = from_dict(RunConfig, data)
     options = objective_config(config)
+    if config.trainer.reference_reset_every and "ref_logprobs" not in get_objective(name).needs(options):
+        raise ConfigError(f"trainer.reference_reset_every: {name} with these algorithm.options has no reference to "
+                          "reset (PACS: reward_proxy reference; PPO, GRPO: a KL coefficient)")  # fmt: skip
     if "max_response_length" in {f.name for f in dataclasses.fields(options)} and options.max_response_length is None:
         options = dataclasses.replace(options, max_response_length=config.rollout.max_response_length)
     return dataclasses.replace(config, algorithm=AlgorithmConfig(name, to_dict(options)))

@@ -211,6 +211,7 @@ class Models:
     critic_module: torch.nn.Module | None = None
     critic_optimizer: torch.optim.Optimizer | None = None
     skipped_steps: int = 0
+    reference_step: int = 0  # the step whose policy the reference is (0: the starting model)
 
 
 def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
@@ -229,7 +230,7 @@ def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained
 
 def load_models(config: RunConfig, objective: Objective, needs: frozenset, resume: Path | None, env: DistEnv) -> Models:
     """The policy (and critic) from the latest checkpoint when resuming, else from ``model``; the reference
-    is always the starting model."""
+    is the starting model, or the policy of the last reset that the checkpoint saved (``reference/``)."""
     torch.manual_seed(config.trainer.seed)  # the critic's new value head
     t, dtype = config.trainer, getattr(torch, config.model.dtype)
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
@@ -237,7 +238,9 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
     models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
                     _adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
     if "ref_logprobs" in needs:
-        reference = AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
+        snapshot = resume / "reference" if resume else None
+        start = snapshot if snapshot and snapshot.is_dir() else config.model.path
+        reference = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
         reference.eval().requires_grad_(False)
         models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size, t.share_prompt), t, env, trained=False)
     if objective.value_loss is not None:
@@ -248,7 +251,7 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
         models.critic_optimizer = _adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
     if resume:
         state, rng = ckpt.load_trainer_state(resume, env.rank, optimizer_modules(models))
-        models.skipped_steps = state["skipped_steps"]
+        models.skipped_steps, models.reference_step = state["skipped_steps"], state.get("reference_step", 0)
         if rng is not None:
             ckpt.set_rng_state(rng)
     return models
@@ -270,12 +273,14 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
         staging.mkdir(parents=True)
     barrier(env)
     full = {}
-    for name, model in (("policy", models.policy), ("critic", models.critic)):
+    reference = models.reference.model if models.reference is not None and models.reference_step else None
+    for name, model in (("policy", models.policy), ("critic", models.critic), ("reference", reference)):
         if model is not None:  # gathering is a collective under fsdp; only rank 0 keeps the tensors
             full[name] = {k: v.cpu() for k, v in full_tensors(model) if env.main}
     if env.main:
-        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic, full)
-        ckpt.save_counters(staging, {"step": step, "skipped_steps": models.skipped_steps})
+        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic, full, reference)
+        ckpt.save_counters(staging, {"step": step, "skipped_steps": models.skipped_steps,
+                                     "reference_step": models.reference_step})  # fmt: skip
     del full
     ckpt.save_optimizers(staging, optimizer_modules(models))
     ckpt.save_rank_state(staging, env.rank)
@@ -283,6 +288,18 @@ def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None
     if env.main:
         ckpt.publish(staging, root, step, keep_last)
     barrier(env)
+
+
+@torch.no_grad()
+def reset_reference(step: int, config: RunConfig, models: Models) -> None:
+    """The reference becomes the policy as it is now (shard for shard under fsdp) and the actor's AdamW
+    state starts afresh: PACS v2's periodic hard reset (``trainer.reference_reset_every``)."""
+    reference, policy = models.reference.model.named_parameters(), models.policy.named_parameters()
+    for (name, r), (other, p) in zip(reference, policy, strict=True):
+        assert name == other, f"reference {name} against policy {other}"
+        r.copy_(p)
+    models.optimizer = _adamw(models.policy_module.parameters(), config.optim.lr, config.optim)
+    models.reference_step = step
 
 
 def fresh_rows(config: RunConfig, env: DistEnv) -> int:
@@ -464,7 +481,12 @@ def train(
                   **evaluate(0)})  # fmt: skip
         bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
         for step in range(start, t.total_steps):
+            reset = bool(t.reference_reset_every) and step > 0 and step % t.reference_reset_every == 0
+            if reset:  # before the step: its samples' proxy is 0 until its update moves the policy
+                reset_reference(step, config, models)
             record = train_step(step, config, models, engine, prompts, pool, scorer, env)
+            if t.reference_reset_every:
+                record.update({"reference/reset": int(reset), "reference/step": models.reference_step})
             record.update(evaluate(step + 1))
             if (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps:
                 save_checkpoint(root, step + 1, models, config.checkpoint.keep_last, env)
