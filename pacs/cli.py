@@ -297,25 +297,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_report_collect(args: argparse.Namespace) -> int:
     from pacs.report.collect import collect_pass_at_k, read_manifest
+    from pacs.report.significance import read_per_problem
 
-    table = collect_pass_at_k(read_manifest(args.manifest))
+    manifest = read_manifest(args.manifest)
+    table, per_problem = collect_pass_at_k(manifest), read_per_problem(manifest)
+    per_problem_path = args.per_problem or args.out.with_name("per_problem.csv")
     atomic_write_csv(args.out, table)
-    print(f"wrote {args.out}: {len(table)} rows")
+    atomic_write_csv(per_problem_path, per_problem)
+    print(f"wrote {args.out}: {len(table)} rows, and {per_problem_path}: {len(per_problem)} problem rows")
     return 0
 
 
 def cmd_report_tables(args: argparse.Namespace) -> int:
     from pacs.io import atomic_write_text
-    from pacs.report.collect import comparison, read_manifest, read_published
+    from pacs.report import significance
+    from pacs.report.collect import comparison, published_for, read_manifest, read_published
     from pacs.report.summary import comparison_markdown
     from pacs.report.tables import write_tables
 
     manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
+    published = read_published(args.published) if args.published else published_for(manifest.get("paper", "v1"))
     written = write_tables(table, manifest, args.out)
-    comp = comparison(table, manifest, read_published(args.published))
+    comp = comparison(table, manifest, published)
     atomic_write_csv(args.out / "comparison.csv", comp)
     atomic_write_text(args.out / "comparison.md", comparison_markdown(comp))
-    print(f"wrote {len(written)} tables and comparison.csv ({len(comp)} cells with a published value) to {args.out}")
+    per_problem = pd.read_csv(args.per_problem, dtype={"id": str})
+    pairs = significance.significance_table(manifest, per_problem, published)
+    atomic_write_csv(args.out / "significance.csv", pairs)
+    atomic_write_text(args.out / "significance.md", significance.to_markdown(pairs, manifest))
+    print(f"wrote {len(written)} tables, comparison.csv ({len(comp)} cells with a published value) and "
+          f"significance.csv ({len(pairs)} paired differences) to {args.out}")  # fmt: skip
     return 0
 
 
@@ -533,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc = parts.add_parser("collect", help="every listed metrics.json → one pass@k CSV (percent)")
     rc.add_argument("--manifest", type=Path, required=True, help="report manifest written by the workflow")
     rc.add_argument("--out", type=Path, required=True)
+    rc.add_argument("--per-problem", type=Path, help="each problem's counts (default: per_problem.csv beside --out)")
     rc.set_defaults(func=cmd_report_collect)
     for name, func, helptext in (("tables", cmd_report_tables, "the paper's tables and the published comparison"),
                                  ("figures", cmd_report_figures, "pass@k curves and training curves")):  # fmt: skip
@@ -542,9 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--out", type=Path, required=True, help="directory")
         sub.set_defaults(func=func)
         if name == "tables":
-            from pacs.report.collect import PUBLISHED
-
-            sub.add_argument("--published", type=Path, default=PUBLISHED, help="published pass@k CSV (percent)")
+            sub.add_argument("--published", type=Path, help="published pass@k CSV (percent); default: the manifest's "
+                             "paper version's (pacs.report.collect.PAPER_VERSIONS)")  # fmt: skip
+            sub.add_argument("--per-problem", type=Path, required=True, help="from `pacs report collect`")
     rs = parts.add_parser("summary", help="REPORT.md linking tables, comparison and figures")
     rs.add_argument("--manifest", type=Path, required=True)
     rs.add_argument("--pass-at-k", type=Path, required=True)

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl")
+DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl",
+              "beyondaime.jsonl")  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +36,7 @@ def vllm_installed() -> None:
 
 @pytest.fixture(scope="session")
 def prepared(shared_data, tmp_path_factory) -> Path:
-    """The five real benchmarks as `pacs prepare-data --source local` writes them: NAME.parquet."""
+    """The six real benchmarks as `pacs prepare-data --source local` writes them: NAME.parquet."""
     from pacs.cli import main
     from pacs.data.sources import BENCHMARKS
 

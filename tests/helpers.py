@@ -28,7 +28,7 @@ from pacs.train.rollouts import rank_share
 N = 4
 
 # The real benchmarks of ../shared/data: rows per prepared file.
-EXPECTED_ROWS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319}
+EXPECTED_ROWS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319, "beyondaime": 100}
 
 
 def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):

@@ -40,6 +40,7 @@ def test_real_benchmarks_prepare_to_the_schema(prepared):
     assert golds["aime2024"][7] == "25" and golds["amc23"][0] == "27"  # "025" and 27.0 in the files
     assert golds["aime2025"][:3] == ["70", "588", "16"]
     assert all(g.lstrip("-").isdigit() for g in golds["gsm8k"])  # "#### 1,450,000" → "1450000"
+    assert golds["beyondaime"][:3] == ["3", "4", "9"] and golds["beyondaime"][-1] == "33124147"  # ints in the file
 
 
 def test_a_hub_source_is_read_with_datasets_and_recorded(shared_data, tmp_path, monkeypatch):

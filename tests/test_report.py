@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pacs.cli import main
-from pacs.report.collect import PUBLISHED, collect_pass_at_k, comparison, read_published
+from pacs.report.collect import PUBLISHED, collect_pass_at_k, comparison, published_for, read_published
 from pacs.report.tables import paper_table, ranks, to_latex, to_markdown
 
 METHODS = {"base": "Base", "ppo": "PPO", "pacs": "PACS"}
@@ -17,21 +17,29 @@ METHODS = {"base": "Base", "ppo": "PPO", "pacs": "PACS"}
 def manifest(tmp_path) -> dict:
     """Two methods and the base model on one benchmark, pass@1 and pass@2, written as metrics.json files."""
     values = {"base": (0.5, 0.6), "ppo": (0.7, 0.8), "pacs": (0.7, 0.9)}
+    # problems with 2 and with 1 of their 2 answers correct, which give those pass@1 and pass@2
+    counts = {"base": (12, 6), "ppo": (18, 6), "pacs": (15, 12)}
     evaluations = []
     for method, (p1, p2) in values.items():
+        both, one = counts[method]
+        correct = [2] * both + [1] * one + [0] * (30 - both - one)
         path = tmp_path / method / "metrics.json"
         path.parent.mkdir()
         path.write_text(json.dumps({
             "pass_at_k": {"1": {"mean": p1, "ci_low": p1 - 0.1, "ci_high": p1 + 0.1},
                           "2": {"mean": p2, "ci_low": p2 - 0.1, "ci_high": p2 + 0.1}},
             "samples_per_problem": 2, "problems": 30, "verifier_failures": 1,
+            "per_problem": [{"problem": i, "id": str(i), "n": 2, "correct": c} for i, c in enumerate(correct)],
         }))  # fmt: skip
         evaluations.append({"model": "m", "method": method, "step": 0 if method == "base" else 10,
                             "benchmark": "aime2024", "metrics": str(path)})  # fmt: skip
     return {
         "name": "t",
         "models": {"m": {"label": "Model", "published_as": "Qwen2.5-7B"}},
-        "methods": {m: {"label": label, "published_as": label} for m, label in METHODS.items()},
+        "methods": {
+            m: {"label": label, "published_as": label, "algorithm": None if m == "base" else m}
+            for m, label in METHODS.items()
+        },  # fmt: skip
         "benchmarks": {"aime2024": {"label": "AIME 2024", "published_as": "AIME24", "ks": [1]}},
         "evaluations": evaluations,
         "runs": [],
@@ -68,17 +76,46 @@ def test_report_verbs_write_tables_figures_and_report(manifest, tmp_path):
     csv = tmp_path / "report" / "pass_at_k.csv"
     assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 0
     args = ["--manifest", str(path), "--pass-at-k", str(csv)]
-    assert main(["report", "tables", *args, "--out", str(tmp_path / "tables")]) == 0
+    per_problem = ["--per-problem", str(csv.with_name("per_problem.csv"))]
+    assert main(["report", "tables", *args, *per_problem, "--out", str(tmp_path / "tables")]) == 0
     assert main(["report", "figures", *args, "--out", str(tmp_path / "figures")]) == 0
     report = tmp_path / "REPORT.md"
     summary = ["--tables", str(tmp_path / "tables"), "--figures", str(tmp_path / "figures"), "--out", str(report)]
     assert main(["report", "summary", *args, *summary]) == 0
-    for name in ("m.csv", "m.md", "m.tex", "m_full.csv", "comparison.csv", "comparison.md"):
+    for name in ("m.csv", "m.md", "m.tex", "m_full.csv", "comparison.csv", "comparison.md", "significance.md"):
         assert (tmp_path / "tables" / name).is_file()
     assert (tmp_path / "figures" / "passk_m_aime2024.pdf").stat().st_size > 1000
     text = report.read_text()
     assert "figures/passk_m_aime2024.png" in text and "| m → Qwen2.5-7B | pacs → PACS |" in text
     assert pd.read_csv(tmp_path / "tables" / "m.csv", index_col=0).loc["PACS", "AIME 2024 @1"] == 70.0
+    pairs = pd.read_csv(tmp_path / "tables" / "significance.csv").set_index(["method", "against", "k"])
+    assert pairs.loc[("pacs", "ppo", 1), "difference"] == pytest.approx(0.0, abs=1e-9)  # 70.00 both
+    assert pairs.loc[("pacs", "base", 1), "difference"] == pytest.approx(20.0)
+    assert "| Model | AIME 2024 | 1 | PACS − PPO | +0.00" in text and "paired bootstrap" in text
     manifest["evaluations"][0]["metrics"] = str(tmp_path / "missing.json")
     path.write_text(json.dumps(manifest))
     assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 2
+
+
+def test_each_paper_version_has_its_published_numbers(manifest, tmp_path):
+    v1, v2 = published_for("v1"), published_for("v2")
+    assert len(v1) == 216 and len(v2) == 300 + 102
+    cell = v2.set_index(["model", "method", "benchmark", "k"])["pass_at_k"]
+    # the prose of v2: 8B BeyondAIME pass@64, PACS 64.02 against GRPO 57.64
+    assert (cell[("Qwen3-8B", "PACS", "BeyondAIME", 64)], cell[("Qwen3-8B", "GRPO", "BeyondAIME", 64)]) == (
+        64.02,
+        57.64,
+    )
+    with pytest.raises(ValueError, match="paper version"):
+        published_for("v3")
+    manifest["paper"] = "v2"  # the comparison then takes v2's cells: none for a model published as Qwen2.5-7B
+    manifest["models"]["m"]["published_as"] = "Qwen3-8B"
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    csv = tmp_path / "report" / "pass_at_k.csv"
+    assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 0
+    tables = ["--per-problem", str(csv.with_name("per_problem.csv")), "--out", str(tmp_path / "tables")]
+    assert main(["report", "tables", "--manifest", str(path), "--pass-at-k", str(csv), *tables]) == 0
+    comp = pd.read_csv(tmp_path / "tables" / "comparison.csv")
+    assert set(comp["paper_model"]) == {"Qwen3-8B"} and set(comp["k"]) == {1}
+    assert comp.set_index("method").loc["pacs", "published"] == cell[("Qwen3-8B", "PACS", "AIME24", 1)]

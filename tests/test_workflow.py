@@ -148,8 +148,19 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert "rollout/logprob_gap_max" not in json.loads(
         (results / "runs/tiny/grpo/metrics.jsonl").read_text().split("\n")[1]
     )
+    pairs = pd.read_csv(results / "tables" / "significance.csv")  # paired differences between methods
+    assert {("pacs", "base"), ("grpo", "base"), ("pacs", "ppo"), ("pacs", "grpo"), ("pacs_no_weight", "grpo")} <= set(
+        zip(pairs["method"], pairs["against"], strict=True)
+    )
+    assert ((pairs["ci_low"] <= pairs["difference"]) & (pairs["difference"] <= pairs["ci_high"])).all()
+    cell = final.set_index(["method", "benchmark", "k"])["pass_at_k"]
+    for r in pairs[pairs["benchmark"] == "toy_heldout"].itertuples():  # the two scores' difference, as reported
+        want = cell[(r.method, "toy_heldout", r.k)] - cell[(r.against, "toy_heldout", r.k)]
+        assert r.difference == pytest.approx(want, abs=1e-6)
+    assert pairs["published_difference"].notna().any()  # the paper's own difference where it printed both
     report = (results / "REPORT.md").read_text()
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
+    assert "Differences between methods" in report and "| PACS − GRPO |" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
 
 

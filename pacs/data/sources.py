@@ -42,6 +42,8 @@ HUB_SOURCES: dict[str, DatasetSource] = {
     "aime2024": DatasetSource("hub", "Maxwell-Jia/AIME_2024", "Problem", "Answer", "ID", split="train"),
     "aime2025": DatasetSource("hub", "yentinglin/aime_2025", "problem", "answer", split="train"),
     "gsm8k": DatasetSource("hub", "openai/gsm8k", "question", "answer", answer_format="gsm8k", name="main"),
+    # PACS v2's fifth benchmark: 100 problems, integer answers up to 33,124,147 (not AIME's 0-999); no id field
+    "beyondaime": DatasetSource("hub", "ByteDance-Seed/BeyondAIME", "problem", "answer"),
 }
 
 # The files of ../shared/data; the DeepScaleR file there is an 803-row subset, not the training set.
@@ -52,8 +54,9 @@ LOCAL_SOURCES: dict[str, DatasetSource] = {
     "aime2024": DatasetSource("local", "aime2024.jsonl", "problem", "answer", "id"),
     "aime2025": DatasetSource("local", "aime2025.jsonl", "problem", "answer", "id"),
     "gsm8k": DatasetSource("local", "gsm8k_test.jsonl", "question", "answer", answer_format="gsm8k"),
+    "beyondaime": DatasetSource("local", "beyondaime.jsonl", "problem", "answer", "id"),  # id: the hub's row number
 }
-BENCHMARKS = ("math500", "amc23", "aime2024", "aime2025", "gsm8k")  # evaluation sets; deepscaler trains
+BENCHMARKS = ("math500", "amc23", "aime2024", "aime2025", "gsm8k", "beyondaime")  # evaluation sets; deepscaler trains
 
 
 def default_source(dataset: str, kind: str) -> DatasetSource:

@@ -10,6 +10,13 @@ from pathlib import Path
 import pandas as pd
 
 PUBLISHED = Path(__file__).with_name("published_pass_at_k.csv")  # the paper's Tables 1 and 2, in percent
+# Each version of the paper (a config's `paper`): its published pass@k files, in percent. v1: Tables 1 and 2
+# (Qwen2.5-3B/7B). v2 (arXiv 2509.02522v2): Tables 2, 6, 7 and 8 (Qwen3-4B/8B, five benchmarks), then the
+# score-function ablation of App. D.3 and Table 1's pass@1 of other models (../shared/paper/README.md).
+PAPER_VERSIONS = {
+    "v1": (PUBLISHED,),
+    "v2": (PUBLISHED.with_name("published_pass_at_k_v2.csv"), PUBLISHED.with_name("published_pass_at_k_v2_extra.csv")),
+}
 COLUMNS = ["model", "method", "step", "benchmark", "k", "pass_at_k", "ci_low", "ci_high", "n", "problems",
            "verifier_failures"]  # fmt: skip
 
@@ -46,6 +53,13 @@ def read_published(path: Path = PUBLISHED) -> pd.DataFrame:
     if not expected <= set(frame.columns):
         raise ValueError(f"{path}: expected columns {sorted(expected)}, got {list(frame.columns)}")
     return frame
+
+
+def published_for(version: str) -> pd.DataFrame:
+    """The published pass@k of one version of the paper (``PAPER_VERSIONS``), every file of it in one table."""
+    if version not in PAPER_VERSIONS:
+        raise ValueError(f"paper version {version!r}: expected one of {sorted(PAPER_VERSIONS)}")
+    return pd.concat([read_published(p) for p in PAPER_VERSIONS[version]], ignore_index=True)
 
 
 def final_rows(table: pd.DataFrame) -> pd.DataFrame:

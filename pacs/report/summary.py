@@ -7,6 +7,13 @@ import pandas as pd
 
 from pacs.report.collect import final_rows
 
+PUBLISHED_NOTE = {
+    "v1": "Published numbers: the paper's v1 Tables 1 and 2 (`pacs/report/published_pass_at_k.csv`). The paper's "
+    "abstract calls 59.78 an AIME 2025 score; its Table 2 puts it under AIME 2024, as we do.",
+    "v2": "Published numbers: the paper's v2 (arXiv 2509.02522v2) Tables 2, 6, 7 and 8, and its App. D.3 and "
+    "Table 1 (`pacs/report/published_pass_at_k_v2.csv`, `published_pass_at_k_v2_extra.csv`).",
+}
+
 
 def _rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start)
@@ -43,10 +50,19 @@ def write_report(manifest: dict, table: pd.DataFrame, comp: pd.DataFrame, tables
                       f"[LaTeX]({_rel(tables / f'{model}.tex', base)}), "
                       f"[every k]({_rel(tables / f'{model}_full.md', base)}).", ""]  # fmt: skip
     parts += ["## Reproduced vs published", "",
-              "Published numbers: the paper's Tables 1 and 2 (`pacs/report/published_pass_at_k.csv`). The paper's "
-              "abstract calls 59.78 an AIME 2025 score; its Table 2 puts it under AIME 2024, as we do.", "",
+              PUBLISHED_NOTE[manifest.get("paper", "v1")], "",
               comparison_markdown(comp),
               f"As CSV: [comparison.csv]({_rel(tables / 'comparison.csv', base)}).", ""]  # fmt: skip
+    significance = Path(tables) / "significance.md"
+    if significance.is_file():
+        parts += ["## Differences between methods, with their uncertainty", "",
+                  "Each method against the base model, and PACS against each baseline, on the same problems: the "
+                  "difference in pass@k (percentage points), a 95 % paired bootstrap interval over problems (one "
+                  "resampling of the problems for both methods), P(≤ 0) = the share of bootstrap replicates in "
+                  "which the difference is zero or negative, and the paper's own difference where it published "
+                  "both numbers. An interval that contains 0 is a difference this benchmark cannot tell from noise.",
+                  "", significance.read_text(encoding="utf-8"),
+                  f"As CSV: [significance.csv]({_rel(Path(tables) / 'significance.csv', base)}).", ""]  # fmt: skip
     parts += ["## Figures", ""]
     for png in sorted(Path(figures).glob("*.png")):
         parts += [f"![{png.stem}]({_rel(png, base)})", ""]

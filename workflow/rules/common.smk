@@ -79,10 +79,14 @@ write_if_changed(
         {
             "name": config["name"],
             "description": config.get("description", ""),
+            "paper": config["paper"],
             "models": {m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in MODELS.items()},
             "methods": {
-                "base": {"label": "Base", "published_as": "Base"},
-                **{m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in METHODS.items()},
+                "base": {"label": "Base", "published_as": "Base", "algorithm": None},
+                **{
+                    m: {"label": s["label"], "published_as": s.get("published_as"), "algorithm": s["algorithm"]["name"]}
+                    for m, s in METHODS.items()
+                },
             },
             "benchmarks": {
                 b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"]}

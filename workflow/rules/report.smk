@@ -2,6 +2,7 @@
 
 MANIFEST = f"{RESULTS}/report/manifest.json"
 PASS_AT_K = f"{RESULTS}/report/pass_at_k.csv"
+PER_PROBLEM = f"{RESULTS}/report/per_problem.csv"
 
 
 rule collect_pass_at_k:
@@ -9,19 +10,22 @@ rule collect_pass_at_k:
         manifest=MANIFEST,
         metrics=[e["metrics"] for e in EVALUATIONS],
     output:
-        PASS_AT_K,
+        pass_at_k=PASS_AT_K,
+        per_problem=PER_PROBLEM,
     log:
         f"{LOGS}/collect_pass_at_k.log",
     conda:
         ENV
     shell:
-        "pacs report collect --manifest {input.manifest} --out {output} > {log} 2>&1"
+        "pacs report collect --manifest {input.manifest} --out {output.pass_at_k} --per-problem {output.per_problem}"
+        " > {log} 2>&1"
 
 
 rule make_tables:
     input:
         manifest=MANIFEST,
         pass_at_k=PASS_AT_K,
+        per_problem=PER_PROBLEM,
     output:
         directory(f"{RESULTS}/tables"),
     log:
@@ -29,7 +33,8 @@ rule make_tables:
     conda:
         ENV
     shell:
-        "pacs report tables --manifest {input.manifest} --pass-at-k {input.pass_at_k} --out {output} > {log} 2>&1"
+        "pacs report tables --manifest {input.manifest} --pass-at-k {input.pass_at_k}"
+        " --per-problem {input.per_problem} --out {output} > {log} 2>&1"
 
 
 rule make_figures:
