@@ -32,14 +32,20 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
+def read_metrics(evaluation: dict) -> dict:
+    """An evaluation's metrics.json (a manifest entry's ``metrics``); missing is an error naming the evaluation."""
+    path = Path(evaluation["metrics"])
+    if not path.is_file():
+        e = evaluation
+        raise FileNotFoundError(f"{path}: evaluation of {e['model']}/{e['method']} on {e['benchmark']} missing")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def collect_pass_at_k(manifest: dict) -> pd.DataFrame:
     """One row per (evaluation, k); pass@k and its interval in percent, as the paper reports them."""
     rows = []
     for e in manifest["evaluations"]:
-        path = Path(e["metrics"])
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: evaluation of {e['model']}/{e['method']} on {e['benchmark']} missing")
-        metrics = json.loads(path.read_text(encoding="utf-8"))
+        metrics = read_metrics(e)
         for k, v in metrics["pass_at_k"].items():
             rows.append([e["model"], e["method"], e["step"], e["benchmark"], int(k), 100 * v["mean"],
                          100 * v["ci_low"], 100 * v["ci_high"], metrics["samples_per_problem"],

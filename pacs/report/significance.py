@@ -14,14 +14,11 @@ Which pairs: every method against the base model, and every PACS variant against
 (PPO, GRPO) of the same model, at every k both were evaluated at.
 """
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from pacs.eval.passk import pass_at_k_per_problem
-from pacs.report.collect import final_rows
+from pacs.report.collect import final_rows, read_metrics
 
 COLUMNS = ["model", "benchmark", "k", "method", "against", "difference", "ci_low", "ci_high", "p_le_0",
            "problems", "published_difference"]  # fmt: skip
@@ -50,12 +47,9 @@ def read_per_problem(manifest: dict) -> pd.DataFrame:
     ``per_problem`` records of each evaluation's metrics.json."""
     frames = []
     for e in manifest["evaluations"]:
-        path = Path(e["metrics"])
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: evaluation of {e['model']}/{e['method']} on {e['benchmark']} missing")
-        records = json.loads(path.read_text(encoding="utf-8")).get("per_problem")
+        records = read_metrics(e).get("per_problem")
         if not records:
-            raise ValueError(f"{path}: no per_problem counts (written by pacs evaluate): re-run its evaluation")
+            raise ValueError(f"{e['metrics']}: no per_problem counts (written by pacs evaluate): re-run its evaluation")
         frame = pd.DataFrame(records)[["id", "n", "correct"]]
         frames.append(frame.assign(model=e["model"], method=e["method"], step=e["step"], benchmark=e["benchmark"]))
     return pd.concat(frames, ignore_index=True)
