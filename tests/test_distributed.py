@@ -46,15 +46,17 @@ def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm
 def test_a_model_shape_counts_its_parameters():
     from transformers import AutoModelForCausalLM
 
-    from pacs.models.shapes import SHAPES, qwen2_config
+    from pacs.models.shapes import SHAPES, model_config
     from pacs.plan.memory import dims
 
     for name in SHAPES:  # small copies of each shape: built, not only counted
-        config = qwen2_config(name, num_hidden_layers=1, vocab_size=64, intermediate_size=32)
+        config = model_config(name, num_hidden_layers=1, vocab_size=64, intermediate_size=32)
         assert dims(config)["params"] == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    assert 7.61e9 < dims(qwen2_config("qwen2.5-7b"))["params"] < 7.62e9  # its model card: 7.61 B
+    assert 7.61e9 < dims(model_config("qwen2.5-7b"))["params"] < 7.62e9  # its model card: 7.61 B
+    assert 4.02e9 < dims(model_config("qwen3-4b"))["params"] < 4.03e9  # 4.0 B; 4,022,468,096 in its safetensors
+    assert 8.19e9 < dims(model_config("qwen3-8b"))["params"] < 8.20e9  # 8.2 B
     with pytest.raises(ValueError, match="num_layers"):
-        qwen2_config("qwen2.5-0.5b", num_layers=2)
+        model_config("qwen2.5-0.5b", num_layers=2)
 
 
 @pytest.mark.slow
@@ -74,7 +76,7 @@ def test_fsdp_holds_a_fraction_of_the_training_state_per_rank():
     saved = min(r["peak_bytes"] for r in ddp["ranks"]) - max(r["peak_bytes"] for r in fsdp["ranks"])
     assert saved > 0.5 * (ddp["state_bytes_per_rank"] - fsdp["state_bytes_per_rank"]), report
     # pacs plan's memory model predicts each measured peak (within 15 %; 3 % and 8 % when written)
-    from pacs.models.shapes import qwen2_config
+    from pacs.models.shapes import model_config
     from pacs.plan.memory import training_memory
 
     for result in (ddp, fsdp):
@@ -82,6 +84,6 @@ def test_fsdp_holds_a_fraction_of_the_training_state_per_rank():
                "trainer": {"strategy": result["strategy"], "compute_dtype": None, "gradient_checkpointing": False,
                            "logprob_chunk_size": 1024, "max_tokens_per_micro_batch": 64},
                "rollout": {"n": 1, "max_response_length": 48, "engine": "hf", "vllm": {}}}  # fmt: skip
-        planned = training_memory(qwen2_config("qwen2.5-0.5b", **overrides), run, 2, False, False, 0, 0, 0)
+        planned = training_memory(model_config("qwen2.5-0.5b", **overrides), run, 2, False, False, 0, 0, 0)
         for rank in result["ranks"]:
             assert abs(sum(planned["update"].values()) / rank["peak_bytes"] - 1) < 0.15, (planned, rank)

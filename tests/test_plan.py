@@ -12,7 +12,7 @@ import yaml
 from pacs import experiment
 from pacs.cli import main
 from pacs.config import ConfigError
-from pacs.models.shapes import model_shape, qwen2_config
+from pacs.models.shapes import model_config, model_shape
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,17 +40,19 @@ def saved_bytes(model, ids) -> int:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("overrides", [{}, {"hidden_size": 128, "num_attention_heads": 4, "intermediate_size": 384}])
-def test_activations_per_token_are_what_autograd_saves(dtype, overrides):
-    """One decoder layer's activations are exactly what transformers' Qwen2 saves for backward (the
-    difference between a 2- and a 1-layer model); the whole decoder within 2 % (rotary tables aside)."""
-    from transformers import Qwen2ForCausalLM
+@pytest.mark.parametrize("architecture", ["qwen2.5-0.5b", "qwen3-4b"])
+def test_activations_per_token_are_what_autograd_saves(dtype, overrides, architecture):
+    """One decoder layer's activations are exactly what transformers' Qwen2 and Qwen3 save for backward
+    (the difference between a 2- and a 1-layer model); the whole decoder within 2 % (rotary tables aside)."""
+    from transformers import AutoModelForCausalLM
 
     b, tokens = {"float32": 4, "bfloat16": 2}[dtype], 4 * 64
     ids = torch.randint(0, 100, (4, 64), generator=torch.Generator().manual_seed(0))
     measured = {}
     for layers in (1, 2):
-        config = qwen2_config("qwen2.5-0.5b", **{**SHAPE, **overrides, "num_hidden_layers": layers})
-        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype)).train()
+        head_dim = {"head_dim": 32} if architecture.startswith("qwen3") else {}  # qwen2: hidden_size / heads
+        config = model_config(architecture, **{**SHAPE, **head_dim, **overrides, "num_hidden_layers": layers})
+        model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype)).train()
         measured[layers] = saved_bytes(model, ids)
     d = dims(config)
     assert measured[2] - measured[1] == tokens * layer_activation_bytes(d, b)
@@ -83,7 +85,7 @@ def tiny_config(**changes) -> dict:
 
 
 def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
-    assert dims(qwen2_config("qwen2.5-0.5b", **SHAPE))["params"] == PARAMS  # built models: test_distributed
+    assert dims(model_config("qwen2.5-0.5b", **SHAPE))["params"] == PARAMS  # built models: test_distributed
     plan = experiment.plan(tiny_config())
     assert [j.name for j in plan.jobs] == ["train/m/ppo", "train/m/pacs", "evaluate/m/base/step_000000/toy_heldout",
                                            "evaluate/m/ppo/step_000010/toy_heldout",

@@ -32,11 +32,11 @@ def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: in
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pacs.models.shapes import qwen2_config
+    from pacs.models.shapes import model_config
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    config = qwen2_config(shape, **overrides)
+    config = model_config(shape, **overrides)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
     ids = torch.randint(0, config.vocab_size, (batch, prompt_length), device=device)
@@ -65,7 +65,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
     import torch
 
     from pacs.bench.update import measure
-    from pacs.models.shapes import qwen2_config
+    from pacs.models.shapes import model_config
     from pacs.plan.jobs import forward_flops
     from pacs.plan.memory import dims, training_memory
 
@@ -86,7 +86,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
     updates, generations = [], []
     for shape in shapes:
         result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps)
-        config = qwen2_config(shape, **overrides)
+        config = model_config(shape, **overrides)
         flops = 3 * forward_flops(dims(config), rows * length, length / 2)
         planned = training_memory(config, run, 1, False, False, 0, 0, 0)["update"]
         updates.append({**result, "train_mfu": flops / result["step_s"] / peak,

@@ -51,7 +51,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
-    from pacs.models.shapes import qwen2_config
+    from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
@@ -65,7 +65,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     alone = t.strategy == "fsdp" and not env.active
     if alone:  # FSDP2 over a group of one: bf16 compute over fp32 master weights on one device
         dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-    config = qwen2_config(shape, **overrides)
+    config = model_config(shape, **overrides)
     rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

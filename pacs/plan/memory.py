@@ -12,13 +12,14 @@ Counted per GPU, for the phase that holds the most:
   the card, ``rollout.vllm.gpu_memory_utilization``; the engine's KV cache is what is left of that share
   after its weights (in the compute dtype) and ``vllm_overhead_bytes``.
 
-Activations per token of one decoder layer (Qwen2, SDPA attention) are the tensors autograd saves, counted
+Activations per token of one decoder layer (Qwen2 and Qwen3, SDPA attention) are the tensors autograd saves, counted
 from transformers' implementation and checked against ``torch.autograd.graph.saved_tensors_hooks``
 (tests/test_plan.py): in the compute dtype (b bytes) the two RMSNorm outputs and their normalized inputs
 (4h), the rotated queries and the attention output (2·q), keys and values (2·kv), and the MLP's gate, up,
 activation and product (4·i); in fp32 the two RMSNorm inputs (2h), the attention's log-sum-exp (one per
 head) and the two reciprocal norms. With activation checkpointing each layer keeps only its input (b·h)
-and one layer's activations are alive again in backward.
+and one layer's activations are alive again in backward. Qwen3's RMSNorm over each query and key head adds
+their fp32 inputs and normalized inputs (q + kv, in fp32 and in b bytes) and one reciprocal norm per head.
 """
 
 import math
@@ -36,16 +37,22 @@ def dims(shape) -> dict:
     kv_heads = getattr(shape, "num_key_value_heads", None) or heads
     h, i, v = shape.hidden_size, shape.intermediate_size, shape.vocab_size
     q, kv = heads * head_dim, kv_heads * head_dim
-    layer = h * q + 2 * h * kv + (q + 2 * kv) + q * h + 3 * h * i + 2 * h  # q, k, v (biases), o, MLP, norms
+    qk_norm = (getattr(shape, "model_type", None) or "qwen2") == "qwen3"  # no biases; RMSNorm per q and k head
+    layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h  # q, k, v, o, MLP, norms
+    layer += 2 * head_dim if qk_norm else q + 2 * kv  # qwen3's q and k norms, or qwen2's q, k and v biases
     root = v * h * (1 if shape.tie_word_embeddings else 2) + h  # embedding, head when untied, final norm
-    return {"h": h, "i": i, "vocab": v, "q": q, "kv": kv, "heads": heads, "layers": shape.num_hidden_layers,
-            "layer_params": layer, "root_params": root, "params": root + shape.num_hidden_layers * layer,
+    return {"h": h, "i": i, "vocab": v, "q": q, "kv": kv, "heads": heads, "kv_heads": kv_heads, "qk_norm": qk_norm,
+            "layers": shape.num_hidden_layers, "layer_params": layer, "root_params": root,
+            "params": root + shape.num_hidden_layers * layer,
             "kv_bytes_per_token_fp": 2 * shape.num_hidden_layers * kv}  # fmt: skip
 
 
 def layer_activation_bytes(d: dict, b: int) -> int:
     """Bytes autograd saves per token in one decoder layer computing in a ``b``-byte dtype."""
-    return b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 4 * d["i"]) + 4 * (2 * d["h"] + d["heads"] + 2)
+    saved = b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 4 * d["i"]) + 4 * (2 * d["h"] + d["heads"] + 2)
+    if d["qk_norm"]:  # each head norm keeps its fp32 input, its normalized input and a reciprocal norm per head
+        saved += (4 + b) * (d["q"] + d["kv"]) + 4 * (d["heads"] + d["kv_heads"])
+    return saved
 
 
 def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool) -> int:
