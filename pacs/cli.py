@@ -1,6 +1,7 @@
 """`pacs <verb>`: the only place that reads argv."""
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -192,7 +193,8 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
     from pacs.data.sources import HUB_SOURCES, default_source, with_overrides
     from pacs.data.toy import toy_addition
 
-    options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat)
+    options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat,
+                             args.system_prompt, json.loads(args.chat_template_kwargs or "{}"))  # fmt: skip
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -511,6 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--tokenizer", help="model or tokenizer whose chat template measures --max-prompt-length")
     pd_.add_argument("--max-prompt-length", type=int, help="drop prompts longer than this many tokens")
     pd_.add_argument("--repeat", type=int, default=1, help="write every row this many times")
+    pd_.add_argument("--system-prompt", help="a system message before every problem (PACS v2's: 'You are a helpful "
+                     "assistant.'); none by default")  # fmt: skip
+    pd_.add_argument("--chat-template-kwargs", help="JSON: the chat template's variables when measuring "
+                     '--max-prompt-length, e.g. \'{"enable_thinking": true}\'')  # fmt: skip
     _toy_arguments(pd_)
     pd_.set_defaults(func=cmd_prepare_data)
 

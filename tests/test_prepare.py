@@ -157,6 +157,57 @@ def test_long_prompts_are_dropped_with_the_tokenizer_and_rows_repeated(raw_tiny_
     assert prepare("--dataset", "mine", "--spec", spec, "--max-prompt-length", 10, "--out", out) == 2  # no tokenizer
 
 
+# Qwen3's switch, as its template writes it: thinking unless enable_thinking is false
+THINKING_SWITCH = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+)
+
+
+def test_a_system_prompt_and_the_chat_templates_variables(raw_tiny_model, tmp_path):
+    """PACS v2's prompt: a system message before the problem; the chat template's variables (Qwen3's
+    enable_thinking) reach the prompt text wherever it is built: the length filter, training, evaluation."""
+    from transformers import AutoTokenizer
+
+    from pacs.data.schema import prompt_texts
+    from pacs.eval.config import EvalConfig
+    from pacs.train.loop import load_prompts
+
+    rows = [{"q": f"What is {k} + {k}?" + " Think." * k, "a": 2 * k} for k in range(6)]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"kind: local\npath: {write_jsonl(tmp_path / 'b.jsonl', rows)}\nproblem_field: q\nanswer_field: a\n"
+    )
+    system = ["--system-prompt", "You are a helpful assistant."]
+    out = tmp_path / "out.parquet"
+    assert prepare("--dataset", "mine", "--spec", spec, *system, "--out", out) == 0
+    messages = read_prepared(out)["prompt"].iloc[2]
+    assert [m["role"] for m in messages] == ["system", "user"] and messages[0]["content"] == system[1]
+    assert messages[1]["content"] == f"What is 2 + 2? Think. Think. {INSTRUCTION}"
+    assert prepared_info(out)["options"]["system_prompt"] == system[1]
+
+    switched = tmp_path / "switched"
+    tokenizer = AutoTokenizer.from_pretrained(raw_tiny_model)
+    tokenizer.chat_template += THINKING_SWITCH
+    tokenizer.save_pretrained(switched)
+    thinking, plain = (
+        prompt_texts(tokenizer, read_prepared(out)["prompt"], kw) for kw in ({}, {"enable_thinking": False})
+    )
+    assert thinking[2].startswith(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 2"
+    )
+    assert thinking[2].endswith("<|im_start|>assistant\n") and plain[2] == thinking[2] + "<think>\n\n</think>\n\n"
+    on = [len(p) for p in load_prompts([str(out)], tokenizer, 10_000, {"enable_thinking": True}).token_ids]
+    off = [len(p) for p in load_prompts([str(out)], tokenizer, 10_000, {"enable_thinking": False}).token_ids]
+    assert len({b - a for a, b in zip(on, off, strict=True)}) == 1 and off[0] > on[0]  # the same block on each
+    limit = sorted(off)[2]  # measured with the block: half the prompts are too long; without it fewer are
+    args = [*system, "--tokenizer", switched, "--max-prompt-length", limit]
+    for kwargs, lengths in (([], on), (["--chat-template-kwargs", '{"enable_thinking": false}'], off)):
+        assert prepare("--dataset", "mine", "--spec", spec, *args, *kwargs, "--out", out) == 0
+        assert prepared_info(out)["too_long_dropped"] == sum(n > limit for n in lengths)
+    assert sum(n > limit for n in off) > sum(n > limit for n in on)
+    assert EvalConfig(chat_template_kwargs={"enable_thinking": True}).chat_template_kwargs == {"enable_thinking": True}
+
+
 def test_toy_task_through_prepare_data_equals_toy_data(toy_data, tmp_path):
     for split in ("train", "heldout"):
         out = tmp_path / f"{split}.parquet"

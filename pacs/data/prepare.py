@@ -1,7 +1,8 @@
 """Source rows → one prepared parquet in the schema of ``pacs.data.schema``, with what was done recorded.
 
 Bad rows (no problem, an empty one, a gold that cannot be normalised) are an error naming the file and
-row, or, with ``bad_rows="drop"``, dropped and counted. Duplicate problems are always reported, and
+row, or, with ``bad_rows="drop"``, dropped and counted. Every prompt is the problem and the instruction, after
+an optional system message (``system_prompt``). Duplicate problems are always reported, and
 dropped with ``duplicates="drop"``. Then the paper's options: prompts longer than
 ``max_prompt_length`` tokens (with the model's tokenizer and chat template) are dropped, and the rows
 are repeated ``repeat`` times. The report travels inside the parquet file (``prepared_info``).
@@ -27,6 +28,8 @@ class PrepareOptions:
     duplicates: Literal["keep", "drop"] = "keep"  # reported either way; "drop" keeps the first
     max_prompt_length: int | None = None  # in tokens of the chat-templated prompt; needs a tokenizer
     repeat: int = 1  # every row this many times (the paper's option for small sets)
+    system_prompt: str | None = None  # a system message before each problem (PACS v2: "You are a helpful assistant.")
+    chat_template_kwargs: dict | None = None  # the template's variables when measuring max_prompt_length
 
     def __post_init__(self):
         if self.repeat < 1:
@@ -65,7 +68,7 @@ def prepare_rows(
         kept.append(r)
     frame = pd.DataFrame(
         {
-            "prompt": [chat_prompt(r.problem) for r in kept],
+            "prompt": [chat_prompt(r.problem, options.system_prompt) for r in kept],
             "ground_truth": [r.gold for r in kept],
             "data_source": dataset,
             "id": [r.id for r in kept],
@@ -73,7 +76,9 @@ def prepare_rows(
     )
     too_long = 0
     if options.max_prompt_length is not None and len(frame):
-        lengths = pd.Series([len(p) for p in prompt_token_ids(tokenizer, frame["prompt"])])
+        lengths = pd.Series(
+            [len(p) for p in prompt_token_ids(tokenizer, frame["prompt"], options.chat_template_kwargs)]
+        )
         too_long = int((lengths > options.max_prompt_length).sum())
         frame = frame[lengths <= options.max_prompt_length]
     if frame.empty:

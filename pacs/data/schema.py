@@ -1,6 +1,7 @@
 """The one row schema every prepared dataset has, real benchmark or synthetic task.
 
-- ``prompt``: the chat messages, ``[{"role": "user", "content": problem + " " + INSTRUCTION}]``
+- ``prompt``: the chat messages, ``[{"role": "user", "content": problem + " " + INSTRUCTION}]``, after a
+  ``{"role": "system", ...}`` message when the dataset was prepared with a system prompt (PACS v2's)
 - ``ground_truth``: the normalised gold answer, a string math-verify parses
 - ``data_source``: the dataset's name, e.g. ``math500`` or ``toy_addition``
 - ``index``: the row's position in the prepared file
@@ -15,8 +16,9 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 COLUMNS = ("prompt", "ground_truth", "data_source", "index", "id")
 
 
-def chat_prompt(problem: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"{problem} {INSTRUCTION}"}]
+def chat_prompt(problem: str, system_prompt: str | None = None) -> list[dict[str, str]]:
+    system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+    return [*system, {"role": "user", "content": f"{problem} {INSTRUCTION}"}]
 
 
 def read_prepared(path: Path) -> pd.DataFrame:
@@ -31,10 +33,14 @@ def read_prepared(path: Path) -> pd.DataFrame:
     return frame
 
 
-def prompt_texts(tokenizer, prompts) -> list[str]:
-    """Chat messages → the model's chat template with the assistant turn opened."""
-    return [tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in prompts]
+def prompt_texts(tokenizer, prompts, template_kwargs: dict | None = None) -> list[str]:
+    """Chat messages → the model's chat template with the assistant turn opened; ``template_kwargs`` are the
+    template's own variables (Qwen3's ``enable_thinking``; a template ignores those it does not use)."""
+    kwargs = template_kwargs or {}
+    return [tokenizer.apply_chat_template([dict(m) for m in p], tokenize=False, add_generation_prompt=True, **kwargs)
+            for p in prompts]  # fmt: skip
 
 
-def prompt_token_ids(tokenizer, prompts) -> list[list[int]]:
-    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompt_texts(tokenizer, prompts)]
+def prompt_token_ids(tokenizer, prompts, template_kwargs: dict | None = None) -> list[list[int]]:
+    texts = prompt_texts(tokenizer, prompts, template_kwargs)
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

@@ -13,6 +13,8 @@ class EvalConfig:
     temperature: float = 0.6  # 0: greedy (then n must be 1)
     top_p: float = 0.95
     max_tokens: int = 4096  # new tokens per sample
+    # the chat template's own variables, e.g. Qwen3's {enable_thinking: true}; a template ignores unknown ones
+    chat_template_kwargs: dict = field(default_factory=dict)
     seed: int = 0  # each chunk samples with a seed derived from this and the chunk's number
     limit: int | None = None  # evaluate only the first `limit` problems (a quick subset)
     chunk_problems: int = 64  # problems generated and written together: the unit of resume

@@ -150,7 +150,7 @@ def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], ou
                      engine_kind: str, log: Callable[[str], None]) -> float:  # fmt: skip
     """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds."""
     tokenizer = load_tokenizer(model)
-    prompts = [prompt_token_ids(tokenizer, chunk["prompt"]) for chunk in chunks]
+    prompts = [prompt_token_ids(tokenizer, chunk["prompt"], config.chat_template_kwargs) for chunk in chunks]
     start = time.perf_counter()
     engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
     engine_start_s = time.perf_counter() - start

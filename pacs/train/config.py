@@ -33,6 +33,8 @@ class DataConfig:
     train_files: list[str]  # prepared parquet files (pacs.data.schema), concatenated
     heldout_files: list[str] = field(default_factory=list)  # greedy accuracy during training
     max_prompt_length: int = 512  # prompts longer than this (in tokens) are dropped and counted
+    # the chat template's own variables, e.g. Qwen3's {enable_thinking: true}; a template ignores unknown ones
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     shuffle: bool = True  # a fresh seeded permutation each epoch
 
 

@@ -59,9 +59,9 @@ class Prompts:
     dropped: int  # longer than data.max_prompt_length
 
 
-def load_prompts(files: list[str], tokenizer, max_prompt_length: int) -> Prompts:
+def load_prompts(files: list[str], tokenizer, max_prompt_length: int, template_kwargs: dict | None = None) -> Prompts:
     frame = pd.concat([read_prepared(Path(f)) for f in files], ignore_index=True)
-    ids = prompt_token_ids(tokenizer, frame["prompt"])
+    ids = prompt_token_ids(tokenizer, frame["prompt"], template_kwargs)
     keep = [i for i, p in enumerate(ids) if len(p) <= max_prompt_length]
     return Prompts([ids[i] for i in keep], [str(frame["ground_truth"][i]) for i in keep], len(ids) - len(keep))
 
@@ -446,10 +446,11 @@ def train(
         return {"status": "complete", "start_step": start, "final_step": start}
     models = load_models(config, objective, objective.needs(options), latest[1] if latest else None, env)
 
-    prompts = load_prompts(config.data.train_files, models.tokenizer, config.data.max_prompt_length)
+    data = config.data
+    prompts = load_prompts(data.train_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
     heldout = None
     if config.data.heldout_files:
-        heldout = load_prompts(config.data.heldout_files, models.tokenizer, config.data.max_prompt_length)
+        heldout = load_prompts(data.heldout_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
     start_weights = latest[1] if latest else config.model.path
     heldout_size = len(heldout.token_ids) if heldout else 0
     engine = build_engine(config, models.policy, models.tokenizer, start_weights, heldout_size, env)
