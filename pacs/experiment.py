@@ -31,31 +31,93 @@ def model_path(config: dict, model: str) -> str:
     return f"{results_dir(config)}/models/{model}" if spec.get("build") == "tiny" else spec["path"]
 
 
+def sweep_value_name(value) -> str:
+    """A swept value as it appears in a method's key: 0.1 → "0.1", 2.0 → "2", "none" → "none"."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
+def methods(config: dict) -> dict:
+    """``config["methods"]`` with every sweep expanded, in config order: a method with ``sweep: {key, values,
+    label}`` becomes one method per value, ``<method>_<value>``, whose ``key`` (a dotted path in the method:
+    ``algorithm.options.beta``, ``train.trainer.reference_reset_every``) is that value and whose label is the
+    method's label with ``{value}`` filled in. Each keeps ``swept: {sweep, key, label, value}`` for the report."""
+    out = {}
+    for name, spec in config["methods"].items():
+        sweep = spec.get("sweep")
+        if not sweep:
+            out[name] = spec
+            continue
+        where = f"methods.{name}.sweep"
+        path = sweep["key"].split(".")
+        if path[0] not in ("algorithm", "train") or len(path) < 2 or path[:2] == ["algorithm", "name"]:
+            raise ConfigError(f"config: {where}.key {sweep['key']!r} must be a key under algorithm.options or train "
+                              "(e.g. algorithm.options.beta)")  # fmt: skip
+        if "{value}" not in spec["label"]:
+            raise ConfigError(f"config: methods.{name}.label must show the swept value: put {{value}} in it")
+        for value in sweep["values"]:
+            key = f"{name}_{sweep_value_name(value)}"
+            if key in config["methods"] or key in out:
+                raise ConfigError(f"config: {where}: the method {key!r} it makes exists already")
+            setting = value
+            for part in reversed(path):
+                setting = {part: setting}
+            method = merged({k: v for k, v in spec.items() if k != "sweep"}, setting)
+            method["label"] = spec["label"].replace("{value}", sweep_value_name(value))
+            method["swept"] = {
+                "sweep": name,
+                "key": sweep["key"],
+                "label": sweep.get("label", path[-1]),
+                "value": value,
+            }
+            out[key] = method
+    return out
+
+
 def run_config(config: dict, model: str, method: str) -> dict:
-    """The run's config, checked key by key and resolved (every default filled in)."""
+    """The run's config, checked key by key and resolved (every default filled in): ``train``, then the
+    model's ``train``, then the method's."""
     data = config["data"]
-    c = merged(config["train"], config["methods"][method].get("train", {}))
+    spec = methods(config)[method]
+    c = merged(merged(config["train"], config["models"][model].get("train", {})), spec.get("train", {}))
     heldout = [data_file(config, data["heldout"])] if data.get("heldout") else []
-    c["algorithm"] = config["methods"][method]["algorithm"]
+    c["algorithm"] = spec["algorithm"]
     c["model"] = {**c.get("model", {}), "path": model_path(config, model)}
     c["data"] = {**c.get("data", {}), "train_files": [data_file(config, data["train"])], "heldout_files": heldout}
+    if data.get("chat_template_kwargs"):
+        c["data"]["chat_template_kwargs"] = data["chat_template_kwargs"]
     c["logging"] = {**c.get("logging", {}), "run_name": f"{config['name']}-{model}-{method}"}
     try:
         return to_dict(resolve(c))
     except ConfigError as e:
-        raise ConfigError(f"config: train / methods.{method} (run {model}/{method}): {e}") from e
+        raise ConfigError(f"config: train / models.{model}.train / methods.{method} (run {model}/{method}): {e}") from e
 
 
 def run_configs(config: dict) -> dict:
-    """``{(model, method): resolved run config}`` for every model and method, in config order."""
+    """``{(model, method): resolved run config}`` for every model and method (sweeps expanded), in config order."""
     return {(model, method): run_config(config, model, method) for model in config["models"]
-            for method in config["methods"]}  # fmt: skip
+            for method in methods(config)}  # fmt: skip
 
 
-def eval_steps(config: dict, run: dict) -> list[int]:
-    """The checkpoint steps of ``run`` that ``eval.checkpoints`` selects ("last": its final step)."""
-    last = run["trainer"]["total_steps"]
-    return sorted({last if s == "last" else int(s) for s in config["eval"]["checkpoints"]})
+def eval_steps(config: dict, run: dict, benchmark: str | None = None) -> list[int]:
+    """The checkpoint steps of ``run`` to evaluate on ``benchmark``: its own ``checkpoints``, else
+    ``eval.checkpoints`` ("last": the final step) and every ``eval.every``-th step. Each must be a checkpoint
+    the run keeps: a multiple of checkpoint.save_every (or the last step), not removed by keep_last."""
+    last, ckpt = run["trainer"]["total_steps"], run["checkpoint"]
+    own = config["data"]["benchmarks"].get(benchmark, {}).get("checkpoints") if benchmark else None
+    where = f"data.benchmarks.{benchmark}.checkpoints" if own else "eval.checkpoints / eval.every"
+    selected = own or config["eval"]["checkpoints"]
+    every = None if own else config["eval"].get("every")
+    steps = {last if s == "last" else int(s) for s in selected} | set(range(every, last + 1, every) if every else ())
+    for step in sorted(steps):
+        if step > last or (step != last and step % ckpt["save_every"]):
+            raise ConfigError(f"config: {where}: step {step} is not a checkpoint of run {run['logging']['run_name']} "
+                              f"({last} steps, one saved every {ckpt['save_every']})")  # fmt: skip
+    if ckpt["keep_last"] is not None and len(steps) > 1:
+        raise ConfigError(f"config: {where} selects {len(steps)} checkpoints, but train.checkpoint.keep_last "
+                          f"{ckpt['keep_last']} removes older ones before they are evaluated: "
+                          "set it to null")  # fmt: skip
+    return sorted(steps)
 
 
 def evaluations(config: dict, runs: dict) -> list[dict]:
@@ -65,8 +127,8 @@ def evaluations(config: dict, runs: dict) -> list[dict]:
     return base + [
         {"model": model, "method": method, "step": step, "benchmark": b}
         for (model, method), run in runs.items()
-        for step in eval_steps(config, run)
         for b in benchmarks
+        for step in eval_steps(config, run, b)
     ]
 
 
@@ -74,6 +136,8 @@ def eval_settings(config: dict, benchmark: str) -> dict:
     """``pacs evaluate``'s config for ``benchmark``: eval.settings with the benchmark's n and limit, resolved."""
     spec = config["data"]["benchmarks"][benchmark]
     settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit")}
+    if config["data"].get("chat_template_kwargs"):
+        settings["chat_template_kwargs"] = config["data"]["chat_template_kwargs"]
     return to_dict(from_dict(EvalConfig, settings, f"config: eval.settings (benchmark {benchmark})"))
 
 

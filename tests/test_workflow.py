@@ -80,6 +80,49 @@ def test_the_paper_dry_run(tmp_path):
     assert f"runtime={runtime}," in job and "gpu=8" in job
 
 
+def test_the_paper_v2_dry_run(tmp_path):
+    """config/paper_v2.yaml plans v2's experiment: 6 datasets (BeyondAIME too), 2 models × 4 methods trained
+    for 120 and 320 steps, every 20th checkpoint and the base models evaluated on 5 benchmarks; its prompts
+    carry v2's system message and Qwen3's thinking switch; PACS resets its reference every 20 steps."""
+    done = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "config/paper_v2.yaml"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20))  # benchmarks × (bases + runs × checkpoints)
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 6,
+        "train_policy": 8,
+        "evaluate_model": evaluations,
+        "collect_pass_at_k": 1,
+        "make_tables": 1,
+        "make_figures": 1,
+        "write_report": 1,
+        "all": 1,
+    }
+    configs = tmp_path / "results/paper_v2/configs"
+    runs = {p.stem[4:]: yaml.safe_load(p.read_text()) for p in configs.glob("run_*.yaml")}
+    assert {k: r["trainer"]["total_steps"] for k, r in runs.items()} == {
+        f"qwen3-{size}_{method}": steps
+        for size, steps in (("4b", 120), ("8b", 320))
+        for method in ("ppo", "grpo", "pacs", "pacs_no_weight")
+    }
+    pacs = runs["qwen3-8b_pacs"]
+    assert (
+        pacs["algorithm"]["options"]["reward_proxy"] == "reference" and pacs["trainer"]["reference_reset_every"] == 20
+    )
+    assert runs["qwen3-8b_grpo"]["trainer"]["reference_reset_every"] is None
+    assert (pacs["model"]["path"], pacs["rollout"]["max_response_length"], pacs["data"]["max_prompt_length"]) == (
+        "Qwen/Qwen3-8B", 8192, 1024)  # fmt: skip
+    assert pacs["data"]["chat_template_kwargs"] == {"enable_thinking": True} and pacs["optim"]["critic_lr"] == 1e-5
+    settings = yaml.safe_load((configs / "eval_beyondaime.yaml").read_text())
+    assert (settings["n"], settings["max_tokens"], settings["chat_template_kwargs"]) == (
+        128,
+        8192,
+        {"enable_thinking": True},
+    )
+    assert "--dataset beyondaime --source hub --system-prompt 'You are a helpful assistant.'" in done.stdout
+    manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
+    assert manifest["paper"] == "v2" and "H200" in (tmp_path / "results/paper_v2/plan.md").read_text()
+
+
 def test_a_config_that_cannot_fit_its_gpus_stops_the_parse(tmp_path):
     ddp = overlay(tmp_path / "ddp.yaml", {"train": {"trainer": {"strategy": "ddp", "compute_dtype": None}}})
     done = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/config.yaml"), ddp)

@@ -2,6 +2,7 @@
 # resolved config (written only when its content changes, so that a change reruns exactly the rules
 # that read it), and the manifest the report rules read.
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ RESULTS = experiment.results_dir(config)
 CONFIGS = f"{RESULTS}/configs"
 LOGS = f"{RESULTS}/logs"
 ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
-MODELS, METHODS, DATA = config["models"], config["methods"], config["data"]
+MODELS, METHODS, DATA = config["models"], experiment.methods(config), config["data"]  # sweeps expanded
 BENCHMARKS = DATA["benchmarks"]
 
 
@@ -51,10 +52,6 @@ def total_steps(model, method):
     return RUN_CONFIGS[(model, method)]["trainer"]["total_steps"]
 
 
-def eval_steps(model, method):
-    return experiment.eval_steps(config, RUN_CONFIGS[(model, method)])
-
-
 def checkpoint(model, method, step):
     return f"{run_dir(model, method)}/checkpoints/step_{int(step):06d}"
 
@@ -73,31 +70,30 @@ for (model, method), run in RUN_CONFIGS.items():
 for bench in BENCHMARKS:
     settings = experiment.eval_settings(config, bench)
     write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
-write_if_changed(
-    f"{RESULTS}/report/manifest.json",
-    json.dumps(
-        {
-            "name": config["name"],
-            "description": config.get("description", ""),
-            "paper": config["paper"],
-            "models": {m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in MODELS.items()},
-            "methods": {
-                "base": {"label": "Base", "published_as": "Base", "algorithm": None},
-                **{
-                    m: {"label": s["label"], "published_as": s.get("published_as"), "algorithm": s["algorithm"]["name"]}
-                    for m, s in METHODS.items()
-                },
-            },
-            "benchmarks": {
-                b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"]}
-                for b, s in BENCHMARKS.items()
-            },
-            "evaluations": EVALUATIONS,
-            "runs": [{"model": m, "method": k, "metrics": f"{run_dir(m, k)}/metrics.jsonl"} for m, k in RUNS],
+MANIFEST_DATA = {
+    "name": config["name"],
+    "description": config.get("description", ""),
+    "paper": config["paper"],
+    "models": {m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in MODELS.items()},
+    "methods": {
+        "base": {"label": "Base", "published_as": "Base", "algorithm": None, "sweep": None},
+        **{
+            m: {
+                "label": s["label"],
+                "published_as": s.get("published_as"),
+                "algorithm": s["algorithm"]["name"],
+                "sweep": s.get("swept"),
+            }
+            for m, s in METHODS.items()
         },
-        indent=1,
-    ),
-)
+    },
+    "benchmarks": {
+        b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"]} for b, s in BENCHMARKS.items()
+    },
+    "evaluations": EVALUATIONS,
+    "runs": [{"model": m, "method": k, "metrics": f"{run_dir(m, k)}/metrics.jsonl"} for m, k in RUNS],
+}
+write_if_changed(f"{RESULTS}/report/manifest.json", json.dumps(MANIFEST_DATA, indent=1))
 
 # Memory, tokens, FLOPs and hours of every job (pacs plan): a job that cannot fit its GPU stops the parse
 PLAN = experiment.plan(config, RUN_CONFIGS)
@@ -150,8 +146,12 @@ def prepare_args(dataset):
     if DATA["source"] == "local":
         args.append(f"--data-dir {DATA['local_dir']}")
     options = DATA.get("prepare", {}).get(dataset, {})
+    if DATA.get("system_prompt") is not None:
+        args.append(f"--system-prompt {shlex.quote(DATA['system_prompt'])}")
     if "max_prompt_length" in options:
         args.append(f"--tokenizer {model_path(DATA['tokenizer'])} --max-prompt-length {options['max_prompt_length']}")
+        if DATA.get("chat_template_kwargs"):
+            args.append(f"--chat-template-kwargs {shlex.quote(json.dumps(DATA['chat_template_kwargs']))}")
     for key in ("repeat", "bad_rows", "duplicates"):
         if key in options:
             args.append(f"--{key.replace('_', '-')} {options[key]}")

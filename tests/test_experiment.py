@@ -1,0 +1,110 @@
+"""What a workflow config asks for (pacs.experiment): sweeps expanded into methods, per-model run settings,
+the checkpoints each benchmark evaluates, and the paper v2 configs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pacs import experiment
+from pacs.config import ConfigError
+from pacs.models.shapes import model_shape
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny(**changes) -> dict:
+    config = yaml.safe_load((REPO / "config/tiny.yaml").read_text())
+    for key, value in changes.items():
+        config = experiment.merged(config, {key: value})
+    return config
+
+
+BETA = {"label": "PACS (β={value})", "algorithm": {"name": "pacs", "options": {"weighting": "none"}},
+        "sweep": {"key": "algorithm.options.beta", "values": [0.1, 1.0, 10], "label": "β"}}  # fmt: skip
+
+
+def test_a_sweep_becomes_one_method_per_value():
+    config = tiny()
+    config["methods"] = {"grpo": config["methods"]["grpo"], "pacs_beta": BETA}
+    methods = experiment.methods(config)
+    assert list(methods) == ["grpo", "pacs_beta_0.1", "pacs_beta_1", "pacs_beta_10"]
+    assert [m["label"] for m in methods.values()][1:] == ["PACS (β=0.1)", "PACS (β=1)", "PACS (β=10)"]
+    assert methods["pacs_beta_10"]["swept"] == {"sweep": "pacs_beta", "key": "algorithm.options.beta", "label": "β",
+                                                "value": 10}  # fmt: skip
+    runs = experiment.run_configs(config)
+    assert [runs[("tiny", f"pacs_beta_{v}")]["algorithm"]["options"]["beta"] for v in ("0.1", "1", "10")] == [
+        0.1,
+        1,
+        10,
+    ]
+    assert runs[("tiny", "pacs_beta_1")]["algorithm"]["options"]["weighting"] == "none"  # the rest is kept
+    assert experiment.methods({"methods": methods}) == methods  # expanding twice changes nothing
+    # a run-config key, deep in train
+    config["methods"]["pacs_beta"] = {**BETA, "sweep": {"key": "train.optim.lr", "values": [1e-4, 3e-4]}}
+    runs = experiment.run_configs(config)
+    assert [r["optim"]["lr"] for (_, m), r in runs.items() if m.startswith("pacs")] == [1e-4, 3e-4]
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"sweep": {"key": "beta", "values": [1]}}, "methods.pacs_beta.sweep.key 'beta'"),
+        ({"sweep": {"key": "algorithm.name", "values": ["grpo"]}}, "methods.pacs_beta.sweep.key"),
+        ({"label": "PACS"}, "methods.pacs_beta.label must show the swept value"),
+        ({"sweep": {"key": "algorithm.options.beta", "values": [2]}}, "the method 'pacs_beta_2' it makes exists"),
+        ({"sweep": {"key": "algorithm.options.bta", "values": [3]}}, "bta"),  # pacs's own loader
+    ],
+)
+def test_a_bad_sweep_is_an_error_naming_its_key(change, named):
+    config = tiny()
+    config["methods"] = {"pacs_beta_2": config["methods"]["pacs"], "pacs_beta": {**BETA, **change}}
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(".", r"\.")):
+        experiment.run_configs(config)
+
+
+def test_a_model_overrides_train_and_a_method_overrides_the_model():
+    config = tiny()
+    config["models"]["tiny"]["train"] = {"trainer": {"total_steps": 60}, "optim": {"lr": 2e-4}}
+    config["methods"]["grpo"]["train"] = {"optim": {"lr": 5e-5}}
+    runs = experiment.run_configs(config)
+    assert (runs[("tiny", "pacs")]["trainer"]["total_steps"], runs[("tiny", "pacs")]["optim"]["lr"]) == (60, 2e-4)
+    assert (runs[("tiny", "grpo")]["trainer"]["total_steps"], runs[("tiny", "grpo")]["optim"]["lr"]) == (60, 5e-5)
+    assert runs[("tiny", "grpo")]["trainer"]["batch_size"] == 32  # train's, untouched
+    config["models"]["tiny"]["train"] = {"trainer": {"total_stps": 60}}
+    with pytest.raises(ConfigError, match=r"models\.tiny\.train .*total_stps"):
+        experiment.run_configs(config)
+
+
+def test_the_checkpoints_each_benchmark_evaluates():
+    config = tiny(train={"trainer": {"total_steps": 100}, "checkpoint": {"save_every": 10}},
+                  eval={"checkpoints": [30, "last"], "every": 20})  # fmt: skip
+    config["data"]["benchmarks"]["real"] = {"label": "R", "n": 1, "ks": [1], "checkpoints": ["last"]}
+    run = experiment.run_configs(config)[("tiny", "pacs")]
+    assert experiment.eval_steps(config, run, "toy_heldout") == [20, 30, 40, 60, 80, 100]
+    assert experiment.eval_steps(config, run, "real") == [100]
+    steps = {(e["benchmark"], e["step"]) for e in experiment.evaluations(config, {("tiny", "pacs"): run})}
+    assert {s for b, s in steps if b == "toy_heldout"} == {0, 20, 30, 40, 60, 80, 100}  # 0: the base model
+    with pytest.raises(ConfigError, match=r"eval\.checkpoints / eval\.every: step 25 is not a checkpoint"):
+        experiment.eval_steps(experiment.merged(config, {"eval": {"every": 25}}), run, "toy_heldout")
+    with pytest.raises(ConfigError, match="step 120 is not a checkpoint"):
+        experiment.eval_steps(experiment.merged(config, {"eval": {"checkpoints": [120]}}), run, "toy_heldout")
+    kept = experiment.run_configs(experiment.merged(config, {"train": {"checkpoint": {"keep_last": 2}}}))
+    with pytest.raises(ConfigError, match="keep_last 2 removes older ones"):
+        experiment.eval_steps(config, kept[("tiny", "pacs")], "toy_heldout")
+    assert experiment.eval_steps(config, kept[("tiny", "pacs")], "real") == [100]
+
+
+def test_paper_v2_and_its_base_overlay_plan_the_same_architectures():
+    v2 = yaml.safe_load((REPO / "config/paper_v2.yaml").read_text())
+    base = experiment.merged(v2, yaml.safe_load((REPO / "config/paper_v2_base.yaml").read_text()))
+    runs = experiment.run_configs(base)
+    assert runs[("qwen3-4b", "pacs")]["model"]["path"] == "Qwen/Qwen3-4B-Base"
+    assert runs[("qwen3-8b", "grpo")]["model"]["path"] == "Qwen/Qwen3-8B-Base"
+    assert runs[("qwen3-8b", "grpo")]["trainer"]["total_steps"] == 320  # the rest of v2 is kept
+    for key in ("qwen3-4b", "qwen3-8b"):
+        assert model_shape(v2["models"][key], key) == model_shape(base["models"][key], key)
+        assert model_shape(v2["models"][key], key).model_type == "qwen3"
+    plan = experiment.plan(v2)
+    assert not plan.errors and {j.name.split("/")[1] for j in plan.jobs if j.name.startswith("train/")} == {
+        "qwen3-4b", "qwen3-8b"}  # fmt: skip
