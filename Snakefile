@@ -15,6 +15,10 @@ if not workflow.overwrite_configfiles:
 validate(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 
+# snakemake --report report.zip: this text, then the tables and figures (workflow/rules/report.smk)
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"

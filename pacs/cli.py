@@ -334,10 +334,10 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
 
 def cmd_report_figures(args: argparse.Namespace) -> int:
     from pacs.report.collect import read_manifest
-    from pacs.report.figures import passk_curves, training_curves
+    from pacs.report.figures import all_figures
 
     manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
-    written = passk_curves(table, manifest, args.out) + training_curves(manifest, args.out)
+    written = all_figures(table, manifest, args.out)
     print(f"wrote {len(written)} figure files to {args.out}")
     return 0
 
@@ -552,8 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", type=Path, required=True)
     rc.add_argument("--per-problem", type=Path, help="each problem's counts (default: per_problem.csv beside --out)")
     rc.set_defaults(func=cmd_report_collect)
+    figures_help = "pass@k, training dynamics, entropy, sweep and training curves"
     for name, func, helptext in (("tables", cmd_report_tables, "the paper's tables and the published comparison"),
-                                 ("figures", cmd_report_figures, "pass@k curves and training curves")):  # fmt: skip
+                                 ("figures", cmd_report_figures, figures_help)):  # fmt: skip
         sub = parts.add_parser(name, help=helptext)
         sub.add_argument("--manifest", type=Path, required=True)
         sub.add_argument("--pass-at-k", type=Path, required=True, help="from `pacs report collect`")

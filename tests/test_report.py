@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pacs.cli import main
-from pacs.report.collect import PUBLISHED, collect_pass_at_k, comparison, published_for, read_published
+from pacs.report.collect import COLUMNS, PUBLISHED, collect_pass_at_k, comparison, published_for, read_published
 from pacs.report.tables import paper_table, ranks, to_latex, to_markdown
 
 METHODS = {"base": "Base", "ppo": "PPO", "pacs": "PACS"}
@@ -119,3 +119,84 @@ def test_each_paper_version_has_its_published_numbers(manifest, tmp_path):
     comp = pd.read_csv(tmp_path / "tables" / "comparison.csv")
     assert set(comp["paper_model"]) == {"Qwen3-8B"} and set(comp["k"]) == {1}
     assert comp.set_index("method").loc["pacs", "published"] == cell[("Qwen3-8B", "PACS", "AIME24", 1)]
+
+
+def sweep_manifest(tmp_path) -> tuple[dict, pd.DataFrame]:
+    """GRPO and a β sweep (0.1, 1, 10) of one model on two benchmarks: the toy one evaluated at steps 10 and
+    20, the other at 20 only; training logs with entropy; and the pass@k table pacs report collect writes."""
+    swept = {f"pacs_beta_{v}": {"sweep": "pacs_beta", "key": "algorithm.options.beta", "label": "β", "value": v}
+             for v in (0.1, 1, 10)}  # fmt: skip
+    methods = {"base": {"label": "Base", "algorithm": None, "sweep": None},
+               "grpo": {"label": "GRPO", "algorithm": "grpo", "sweep": None},
+               **{m: {"label": f"PACS (β={s['value']})", "algorithm": "pacs", "sweep": s}
+                  for m, s in swept.items()}}  # fmt: skip
+    runs = []
+    for i, method in enumerate(m for m in methods if m != "base"):
+        path = tmp_path / f"{method}.jsonl"
+        path.write_text(
+            "".join(json.dumps({"step": s, "policy/entropy": 1.0 + i - 0.01 * s}) + "\n" for s in (1, 2, 3))
+        )
+        runs.append({"model": "q2.5", "method": method, "metrics": str(path)})
+    rows = []
+    for bench, steps in (("toy_heldout", (10, 20)), ("aime2024", (20,))):
+        rows += [["q2.5", "base", 0, bench, k, 10.0 * k, 9.0 * k, 11.0 * k, 4, 30, 0] for k in (1, 2)]
+        for j, method in enumerate(m for m in methods if m != "base"):
+            for step in steps:
+                value = 20.0 + j + step
+                rows += [
+                    ["q2.5", method, step, bench, k, value * k, value * k - 1, value * k + 1, 4, 30, 0] for k in (1, 2)
+                ]
+    manifest = {
+        "name": "t", "paper": "v1", "models": {"q2.5": {"label": "Model one"}}, "methods": methods, "runs": runs,
+        "benchmarks": {"toy_heldout": {"label": "Toy", "ks": [1, 2]}, "aime2024": {"label": "AIME 2024", "ks": [1, 2]}},
+    }  # fmt: skip
+    return manifest, pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_training_dynamics_sweep_and_entropy_figures(tmp_path, monkeypatch):
+    """pass@1 against step from the base model where a run has several checkpoints (not for aime2024, with
+    one); pass@k against β, one line per k, from the last checkpoints; entropy against step per method."""
+    from pacs.report import figures
+
+    manifest, table = sweep_manifest(tmp_path)
+    drawn = {}
+
+    def keep(fig, stem):
+        drawn[stem.name] = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+                            for line in fig.axes[0].lines}  # fmt: skip
+        return [stem.with_suffix(".png")]
+
+    monkeypatch.setattr(figures, "_save", keep)
+    figures.all_figures(table, manifest, tmp_path)
+    assert sorted(n for n in drawn if not n.startswith(("passk", "train"))) == [
+        "dynamics_q2.5_toy_heldout", "entropy_q2.5", "sweep_q2.5_aime2024_pacs_beta",
+        "sweep_q2.5_toy_heldout_pacs_beta"]  # fmt: skip
+    assert drawn["dynamics_q2.5_toy_heldout"]["GRPO"] == ([0, 10, 20], [10.0, 30.0, 40.0])  # base, then its steps
+    assert drawn["dynamics_q2.5_toy_heldout"]["PACS (β=10)"] == ([0, 10, 20], [10.0, 33.0, 43.0])
+    assert drawn["sweep_q2.5_toy_heldout_pacs_beta"] == {
+        "pass@1": ([0.1, 1, 10], [41.0, 42.0, 43.0]), "pass@2": ([0.1, 1, 10], [82.0, 84.0, 86.0])}  # fmt: skip
+    assert drawn["entropy_q2.5"]["GRPO"] == ([1, 2, 3], [0.99, 0.98, 0.97])
+    assert set(drawn["entropy_q2.5"]) == {"GRPO", "PACS (β=0.1)", "PACS (β=1)", "PACS (β=10)"}
+
+
+def test_every_figure_and_table_name_describes_itself(tmp_path):
+    """`snakemake --report` labels each figure and table by what its name says (model and benchmark labels)."""
+    from pacs.report import figures, tables
+
+    manifest, table = sweep_manifest(tmp_path)
+    written = figures.all_figures(table, manifest, tmp_path / "figures")
+    described = {p.stem: figures.describe(p.stem, manifest) for p in written if p.suffix == ".png"}
+    assert described["sweep_q2.5_toy_heldout_pacs_beta"] == {
+        "kind": "pass@k against a swept option", "model": "Model one", "benchmark": "Toy", "option": "β"}  # fmt: skip
+    assert described["dynamics_q2.5_toy_heldout"]["benchmark"] == "Toy"
+    assert described["train_q2.5_pacs_beta_0.1"]["method"] == "PACS (β=0.1)"
+    assert described["entropy_q2.5"] == {"kind": "policy entropy against step", "model": "Model one"}
+    assert len(described) == 2 + 1 + 2 + 1 + 4  # passk ×2, dynamics, sweep ×2, entropy, train ×4
+    with pytest.raises(ValueError, match="names no model"):
+        figures.describe("passk_m_2_toy_heldout", manifest)
+    assert tables.describe("q2.5_full", manifest) == {"table": "pass@k, every k", "model": "Model one"}
+    # a model key with a dot keeps it in every file name (qwen2.5-7b's tables are not "qwen2.csv")
+    assert sorted(p.name for p in tables.write_tables(table, manifest, tmp_path / "tables"))[:2] == [
+        "q2.5.csv", "q2.5.md"]  # fmt: skip
+    assert {p.name for p in written} >= {"passk_q2.5_aime2024.png", "passk_q2.5_aime2024.pdf"}
+    assert tables.describe("significance", manifest)["table"] == "paired differences between methods"

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -172,7 +173,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
             {k: 100 * v["mean"] for k, v in metrics["pass_at_k"].items()}
         )
     main = pd.read_csv(results / "tables" / "tiny.csv", index_col=0)
-    assert list(main.index) == ["Base", "PPO", "GRPO", "PACS", "PACS (β=2)", "PACS w/o weight"]
+    assert list(main.index) == ["Base", "PPO", "GRPO", "PACS", "PACS (β=0.5)", "PACS (β=2)", "PACS w/o weight"]
     assert "Toy addition @8" in main.columns and "MATH-500 @1" in main.columns
     final = table[(table["step"] == table.groupby(["model", "method"])["step"].transform("max"))]
     pacs = final[(final["method"] == "pacs") & (final["benchmark"] == "toy_heldout") & (final["k"] == 8)]
@@ -183,9 +184,16 @@ def test_tiny_experiment_end_to_end(tiny_run):
     comparison = pd.read_csv(results / "tables" / "comparison.csv")
     assert set(comparison["paper_benchmark"]) == {"MATH500", "AMC23", "AIME24", "AIME25"}
     assert (comparison["delta"] == comparison["pass_at_k"] - comparison["published"]).all()
-    for stem in ("passk_tiny_toy_heldout", "passk_tiny_math500", "train_tiny_pacs", "train_tiny_ppo"):
+    figures = ["passk_tiny_toy_heldout", "passk_tiny_math500", "train_tiny_pacs", "train_tiny_pacs_beta_0.5",
+               "dynamics_tiny_toy_heldout", "entropy_tiny", "sweep_tiny_toy_heldout_pacs_beta"]  # fmt: skip
+    for stem in figures:
         for suffix in (".png", ".pdf"):
             assert (results / "figures" / f"{stem}{suffix}").stat().st_size > 1000
+    assert not (results / "figures" / "dynamics_tiny_math500.png").exists()  # evaluated at the last step only
+    # the sweep: one run per β, each with its β; two updates per step, so the runs differ
+    betas = {v: yaml.safe_load((results / f"configs/run_tiny_pacs_beta_{v}.yaml").read_text()) for v in ("0.5", "2")}
+    assert [c["algorithm"]["options"]["beta"] for c in betas.values()] == [0.5, 2.0]
+    assert table[table["method"] == "pacs_beta_0.5"]["step"].unique().tolist() == [20, 40]
     pacs_run = [json.loads(x) for x in (results / "runs/tiny/pacs/metrics.jsonl").read_text().splitlines()]
     assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in pacs_run[1:])  # sampled by vLLM, from current weights
     assert "rollout/logprob_gap_max" not in json.loads(
@@ -205,19 +213,32 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert "Differences between methods" in report and "| PACS − GRPO |" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
+    # snakemake --report: every table and figure, in a category per kind, labelled by model and benchmark
+    done = snakemake(tiny_run, "--report", str(tiny_run / "report.zip"), "--configfile", *configfiles(tiny_run))
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr[-3000:]
+    with zipfile.ZipFile(tiny_run / "report.zip") as packed:
+        names = {Path(n).name for n in packed.namelist()}
+        html = packed.read("report/report.html").decode()
+    pngs = {p.name for p in (results / "figures").glob("*.png")}
+    assert pngs <= names and {"significance.csv", "comparison.csv", "tiny.csv"} <= names
+    for text in ("Pass@1 against training step", "Pass@k against a swept option", "Policy entropy against step",
+                 "Tables", "Toy addition", "AIME 2024", "PACS (β=0.5)",
+                 "paired differences between methods"):  # fmt: skip
+        assert text in html or json.dumps(text)[1:-1] in html, text  # the report's data is JSON (β as \\u03b2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "change, expected",
     [
-        # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks), the reports
+        # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks, and the
+        # toy task at step 20), the reports
         (
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
-            {"train_policy": 1, "evaluate_model": 5},
+            {"train_policy": 1, "evaluate_model": 6},
         ),  # fmt: skip
-        # the evaluation N of one benchmark: its evaluations (base + 5 runs), the reports
-        ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 6}),
+        # the evaluation N of one benchmark: its evaluations (base + 6 runs × 2 checkpoints), the reports
+        ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 13}),
     ],
 )
 def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, change, expected):
@@ -284,7 +305,8 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, t
     config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
-                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}}})  # fmt: skip
+                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}},
+                             "eval": {"checkpoints": ["last"]}})  # fmt: skip
     local = overlay(workdir / "slurm.yaml", config)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "XDG_CONFIG_HOME": str(xdg), "SBATCH_PARTITION": "debug"}  # fmt: skip

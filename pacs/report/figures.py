@@ -1,5 +1,12 @@
-"""Figures as PNG and PDF: pass@k against k (log2 axis, bootstrap bands) per model and benchmark, and
-training curves (reward, accuracy, entropy, response length against step) per run."""
+"""Figures as PNG and PDF, each named ``<kind>_<model>[_<what>]``:
+
+- ``passk``: pass@k against k (log2 axis, bootstrap bands) per model and benchmark, last checkpoints;
+- ``dynamics``: pass@1 against training step per model and benchmark, one line per method from the base
+  model (step 0) through every evaluated checkpoint (v2's Figure 3), when some run has several;
+- ``entropy``: policy entropy against step per model, one line per method (v2's Figure 5a);
+- ``sweep``: pass@k against a swept option per model and benchmark, one line per k (v2's β ablation);
+- ``train``: training curves (reward, accuracy, entropy, response length against step) per run.
+"""
 
 import json
 from pathlib import Path
@@ -23,12 +30,27 @@ TRAINING_PANELS = {  # metrics.jsonl key → panel title
 
 def _save(fig, stem: Path) -> list[Path]:
     paths = []
-    for suffix in (".png", ".pdf"):
-        with atomic_path(stem.with_suffix(suffix)) as tmp:
+    for suffix in (".png", ".pdf"):  # appended: a swept method's name may have a dot (pacs_beta_0.5)
+        path = stem.with_name(stem.name + suffix)
+        with atomic_path(path) as tmp:
             fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", dpi=150)
-        paths.append(stem.with_suffix(suffix))
+        paths.append(path)
     plt.close(fig)
     return paths
+
+
+def _line(ax, x, rows: pd.DataFrame, label: str) -> None:
+    """pass@k of ``rows`` against ``x``, with its 95 % interval as a band of the line's colour."""
+    (line,) = ax.plot(x, rows["pass_at_k"], marker="o", ms=3, label=label)
+    ax.fill_between(x, rows["ci_low"], rows["ci_high"], color=line.get_color(), alpha=0.15, lw=0)
+
+
+def _finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def passk_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
@@ -38,16 +60,133 @@ def passk_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
         rows = final[(final["model"] == model) & (final["benchmark"] == bench)]
         for method in (m for m in manifest["methods"] if m in set(rows["method"])):
             r = rows[rows["method"] == method].sort_values("k")
-            (line,) = ax.plot(r["k"], r["pass_at_k"], marker="o", ms=3, label=manifest["methods"][method]["label"])
-            ax.fill_between(r["k"], r["ci_low"], r["ci_high"], color=line.get_color(), alpha=0.15, lw=0)
+            _line(ax, r["k"], r, manifest["methods"][method]["label"])
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
-        ax.set_ylabel("pass@k (%)")
-        ax.set_title(f"{manifest['models'][model]['label']}: {manifest['benchmarks'][bench]['label']}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _finish(ax, "k", "pass@k (%)", _title(manifest, model, bench))
         written += _save(fig, Path(out) / f"passk_{model}_{bench}")
     return written
+
+
+def _methods(manifest: dict, present) -> list[str]:
+    present = set(present)
+    return [m for m in manifest["methods"] if m in present]
+
+
+def _title(manifest: dict, model: str, bench: str | None = None) -> str:
+    label = manifest["models"][model]["label"]
+    return f"{label}: {manifest['benchmarks'][bench]['label']}" if bench else label
+
+
+def dynamics_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
+    """pass@1 against step, one line per trained method starting at the base model's step 0."""
+    written = []
+    ones = table[table["k"] == 1]
+    for model, bench in ones[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
+        rows = ones[(ones["model"] == model) & (ones["benchmark"] == bench)]
+        trained = rows[rows["method"] != "base"]
+        if trained.empty or trained.groupby("method")["step"].nunique().max() < 2:
+            continue
+        base = rows[rows["method"] == "base"]
+        fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        for method in _methods(manifest, trained["method"]):
+            r = pd.concat([base, trained[trained["method"] == method]]).sort_values("step")
+            _line(ax, r["step"], r, manifest["methods"][method]["label"])
+        _finish(ax, "training step (0: base model)", "pass@1 (%)", _title(manifest, model, bench))
+        written += _save(fig, Path(out) / f"dynamics_{model}_{bench}")
+    return written
+
+
+def entropy_curves(manifest: dict, out: Path) -> list[Path]:
+    """Policy entropy against step from the runs' training logs, one line per method of each model."""
+    written = []
+    for model in manifest["models"]:
+        runs = [r for r in manifest["runs"] if r["model"] == model]
+        curves = {r["method"]: read_training_metrics(r["metrics"]) for r in runs}
+        curves = {m: c[["step", "policy/entropy"]].dropna() for m, c in curves.items() if "policy/entropy" in c}
+        if not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        for method in _methods(manifest, curves):
+            c = curves[method]
+            ax.plot(c["step"], c["policy/entropy"], marker="o" if len(c) < 20 else None, ms=2,
+                    label=manifest["methods"][method]["label"])  # fmt: skip
+        _finish(ax, "training step", "policy entropy (nats per token)", _title(manifest, model))
+        written += _save(fig, Path(out) / f"entropy_{model}")
+    return written
+
+
+def sweeps(manifest: dict) -> dict[str, list[str]]:
+    """``{sweep: [method, ...]}`` in config order, for the methods a sweep made."""
+    out: dict[str, list[str]] = {}
+    for method, spec in manifest["methods"].items():
+        if spec.get("sweep"):
+            out.setdefault(spec["sweep"]["sweep"], []).append(method)
+    return out
+
+
+def sweep_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
+    """pass@k (last checkpoints) against the swept value, one line per k of the benchmark's table."""
+    final, written = final_rows(table), []
+    for name, members in sweeps(manifest).items():
+        spec = [manifest["methods"][m]["sweep"] for m in members]
+        values = [s["value"] for s in spec]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        x = dict(zip(members, values if numeric else range(len(values)), strict=True))
+        rows = final[final["method"].isin(members)]
+        for model, bench in rows[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
+            cell = rows[(rows["model"] == model) & (rows["benchmark"] == bench)]
+            fig, ax = plt.subplots(figsize=(4.5, 3.4))
+            for k in manifest["benchmarks"][bench]["ks"]:
+                r = cell[cell["k"] == k]
+                r = r.assign(x=r["method"].map(x)).sort_values("x")
+                if r.empty:
+                    continue
+                _line(ax, r["x"], r, f"pass@{k}")
+            if numeric and min(values) > 0 and max(values) / min(values) >= 10:
+                ax.set_xscale("log")
+            if not numeric:
+                ax.set_xticks(range(len(values)), [str(v) for v in values])
+            _finish(ax, spec[0]["label"], "pass@k (%)", _title(manifest, model, bench))
+            written += _save(fig, Path(out) / f"sweep_{model}_{bench}_{name}")
+    return written
+
+
+def all_figures(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
+    return (passk_curves(table, manifest, out) + dynamics_curves(table, manifest, out)
+            + sweep_curves(table, manifest, out) + entropy_curves(manifest, out)
+            + training_curves(manifest, out))  # fmt: skip
+
+
+KINDS = {  # a figure's name prefix → what it shows: the category of `snakemake --report`
+    "passk": "pass@k against k",
+    "dynamics": "pass@1 against training step",
+    "sweep": "pass@k against a swept option",
+    "entropy": "policy entropy against step",
+    "train": "training curves of each run",
+}
+
+
+def describe(stem: str, manifest: dict) -> dict[str, str]:
+    """What the figure ``stem`` (a name all_figures writes) shows: ``{"kind", "model", ...}`` with labels, the
+    benchmark's for passk, dynamics and sweep figures, the sweep's option, the method's for a run's curves."""
+    kind, _, rest = stem.partition("_")
+    if kind not in KINDS:
+        raise ValueError(f"figure {stem!r}: not a name pacs report figures writes ({', '.join(KINDS)})")
+    for model, spec in manifest["models"].items():
+        if rest != model and not rest.startswith(model + "_"):
+            continue
+        what, tail = {"kind": KINDS[kind], "model": spec["label"]}, rest[len(model) + 1 :]
+        if kind == "entropy" and not tail:
+            return what
+        if kind == "train" and tail in manifest["methods"]:
+            return {**what, "method": manifest["methods"][tail]["label"]}
+        for bench, b in manifest["benchmarks"].items():
+            if kind in ("passk", "dynamics") and tail == bench:
+                return {**what, "benchmark": b["label"]}
+            if kind == "sweep" and tail.startswith(bench + "_") and tail[len(bench) + 1 :] in sweeps(manifest):
+                member = sweeps(manifest)[tail[len(bench) + 1 :]][0]
+                return {**what, "benchmark": b["label"], "option": manifest["methods"][member]["sweep"]["label"]}
+    raise ValueError(f"figure {stem!r}: names no model, benchmark, method or sweep of the manifest")
 
 
 def read_training_metrics(path: Path) -> pd.DataFrame:

@@ -102,6 +102,12 @@ def _published_difference(manifest, published, model, benchmark, k, method, agai
     return values[0] - values[1]
 
 
+def _signed(x: float) -> str:
+    """+1.23 / -1.23, and +0.00 for what rounds to zero from below (no "-0.00")."""
+    text = f"{x:+.2f}"
+    return "+0.00" if text == "-0.00" else text
+
+
 def to_markdown(table: pd.DataFrame, manifest: dict) -> str:
     """One row per pair and k: the difference with its interval, the share ≤ 0, and the paper's difference."""
     if table.empty:
@@ -111,8 +117,8 @@ def to_markdown(table: pd.DataFrame, manifest: dict) -> str:
     lines = ["| model | benchmark | k | method − against | difference (95% CI) | P(≤ 0) | paper |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in table.itertuples(index=False):
-        paper = "–" if np.isnan(r.published_difference) else f"{r.published_difference:+.2f}"
+        paper = "–" if np.isnan(r.published_difference) else _signed(r.published_difference)
         lines.append(f"| {label['models'][r.model]} | {label['benchmarks'][r.benchmark]} | {r.k} | "
-                     f"{label['methods'][r.method]} − {label['methods'][r.against]} | {r.difference:+.2f} "
-                     f"({r.ci_low:+.2f} to {r.ci_high:+.2f}) | {r.p_le_0:.3f} | {paper} |")  # fmt: skip
+                     f"{label['methods'][r.method]} − {label['methods'][r.against]} | {_signed(r.difference)} "
+                     f"({_signed(r.ci_low)} to {_signed(r.ci_high)}) | {r.p_le_0:.3f} | {paper} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -104,9 +104,24 @@ def write_tables(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
             caption = f"pass@$k$ (\\%) of {_latex_escape(label)}, {what}; best in bold, second underlined."
             flat = wide.copy()
             flat.columns = [f"{b} @{k}" for b, k in wide.columns]
-            for path, text in ((stem.with_suffix(".csv"), flat.round(2).to_csv()),
-                               (stem.with_suffix(".md"), f"**{label}** ({what})\n\n" + to_markdown(wide)),
-                               (stem.with_suffix(".tex"), to_latex(wide, caption))):  # fmt: skip
+            # suffixes appended, not swapped: a model's key may have a dot (qwen2.5-7b)
+            for path, text in ((stem.with_name(f"{stem.name}.csv"), flat.round(2).to_csv()),
+                               (stem.with_name(f"{stem.name}.md"), f"**{label}** ({what})\n\n" + to_markdown(wide)),
+                               (stem.with_name(f"{stem.name}.tex"), to_latex(wide, caption))):  # fmt: skip
                 atomic_write_text(path, text)
                 written.append(path)
     return written
+
+
+def describe(stem: str, manifest: dict) -> dict[str, str]:
+    """What the table ``stem`` (a CSV name ``pacs report tables`` writes) holds: ``{"table", "model"}``."""
+    fixed = {"comparison": "reproduced against published", "significance": "paired differences between methods"}
+    if stem in fixed:
+        return {"table": fixed[stem], "model": "every model"}
+    model, full = (stem[: -len("_full")], True) if stem.endswith("_full") else (stem, False)
+    if model not in manifest["models"]:
+        raise ValueError(f"table {stem!r}: names no model of the manifest")
+    return {
+        "table": "pass@k, every k" if full else "pass@k, the paper's k",
+        "model": manifest["models"][model]["label"],
+    }

@@ -1,4 +1,7 @@
-# Tables, figures and REPORT.md, from result files only (`pacs report`).
+# Tables, figures and REPORT.md, from result files only (`pacs report`). The tables and figures are also
+# `snakemake --report report.zip` entries: a category per kind, labelled by model and benchmark or method.
+from pacs.report import figures as figure_names
+from pacs.report import tables as table_names
 
 MANIFEST = f"{RESULTS}/report/manifest.json"
 PASS_AT_K = f"{RESULTS}/report/pass_at_k.csv"
@@ -27,7 +30,13 @@ rule make_tables:
         pass_at_k=PASS_AT_K,
         per_problem=PER_PROBLEM,
     output:
-        directory(f"{RESULTS}/tables"),
+        report(
+            directory(f"{RESULTS}/tables"),
+            patterns=["{table}.csv"],
+            caption="../report/tables.rst",
+            category="Tables",
+            labels=lambda w: table_names.describe(w.table, MANIFEST_DATA),
+        ),
     log:
         f"{LOGS}/make_tables.log",
     conda:
@@ -43,7 +52,14 @@ rule make_figures:
         pass_at_k=PASS_AT_K,
         runs=[checkpoint(m, k, total_steps(m, k)) for m, k in RUNS],
     output:
-        directory(f"{RESULTS}/figures"),
+        report(
+            directory(f"{RESULTS}/figures"),
+            patterns=["{figure}.png"],
+            caption="../report/figures.rst",
+            category=lambda w: figure_names.describe(w.figure, MANIFEST_DATA)["kind"].capitalize(),
+            subcategory=lambda w: figure_names.describe(w.figure, MANIFEST_DATA)["model"],
+            labels=lambda w: {k: v for k, v in figure_names.describe(w.figure, MANIFEST_DATA).items() if k != "kind"},
+        ),
     log:
         f"{LOGS}/make_figures.log",
     conda:
