@@ -315,7 +315,7 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
     from pacs.report import significance
     from pacs.report.collect import comparison, published_for, read_manifest, read_published
     from pacs.report.summary import comparison_markdown
-    from pacs.report.tables import write_tables
+    from pacs.report.tables import to_html, write_tables
 
     manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
     published = read_published(args.published) if args.published else published_for(manifest.get("paper", "v1"))
@@ -323,10 +323,14 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
     comp = comparison(table, manifest, published)
     atomic_write_csv(args.out / "comparison.csv", comp)
     atomic_write_text(args.out / "comparison.md", comparison_markdown(comp))
+    comp_title = "Reproduced against published pass@k (%)"
+    atomic_write_text(args.out / "comparison.html", to_html(comp, comp_title, index=False))
     per_problem = pd.read_csv(args.per_problem, dtype={"id": str})
     pairs = significance.significance_table(manifest, per_problem, published)
     atomic_write_csv(args.out / "significance.csv", pairs)
     atomic_write_text(args.out / "significance.md", significance.to_markdown(pairs, manifest))
+    title = "Paired differences between methods (percentage points, 95 % bootstrap intervals over problems)"
+    atomic_write_text(args.out / "significance.html", to_html(pairs, title, index=False))
     print(f"wrote {len(written)} tables, comparison.csv ({len(comp)} cells with a published value) and "
           f"significance.csv ({len(pairs)} paired differences) to {args.out}")  # fmt: skip
     return 0

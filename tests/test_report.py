@@ -82,7 +82,18 @@ def test_report_verbs_write_tables_figures_and_report(manifest, tmp_path):
     report = tmp_path / "REPORT.md"
     summary = ["--tables", str(tmp_path / "tables"), "--figures", str(tmp_path / "figures"), "--out", str(report)]
     assert main(["report", "summary", *args, *summary]) == 0
-    for name in ("m.csv", "m.md", "m.tex", "m_full.csv", "comparison.csv", "comparison.md", "significance.md"):
+    for name in (
+        "m.csv",
+        "m.md",
+        "m.tex",
+        "m.html",
+        "m_full.csv",
+        "comparison.csv",
+        "comparison.md",
+        "comparison.html",
+        "significance.md",
+        "significance.html",
+    ):
         assert (tmp_path / "tables" / name).is_file()
     assert (tmp_path / "figures" / "passk_m_aime2024.pdf").stat().st_size > 1000
     text = report.read_text()
@@ -194,9 +205,10 @@ def test_every_figure_and_table_name_describes_itself(tmp_path):
     assert len(described) == 2 + 1 + 2 + 1 + 4  # passk ×2, dynamics, sweep ×2, entropy, train ×4
     with pytest.raises(ValueError, match="names no model"):
         figures.describe("passk_m_2_toy_heldout", manifest)
-    assert tables.describe("q2.5_full", manifest) == {"table": "pass@k, every k", "model": "Model one"}
+    described = list(tables.describe("q2.5_full", manifest).items())  # model first: no toggle in the report
+    assert described == [("model", "Model one"), ("table", "pass@k, every k")]
     # a model key with a dot keeps it in every file name (qwen2.5-7b's tables are not "qwen2.csv")
-    assert sorted(p.name for p in tables.write_tables(table, manifest, tmp_path / "tables"))[:2] == [
-        "q2.5.csv", "q2.5.md"]  # fmt: skip
+    assert {p.name for p in tables.write_tables(table, manifest, tmp_path / "tables")} == {
+        f"q2.5{full}.{suffix}" for full in ("", "_full") for suffix in ("csv", "md", "tex", "html")}  # fmt: skip
     assert {p.name for p in written} >= {"passk_q2.5_aime2024.png", "passk_q2.5_aime2024.pdf"}
     assert tables.describe("significance", manifest)["table"] == "paired differences between methods"

@@ -220,7 +220,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
         names = {Path(n).name for n in packed.namelist()}
         html = packed.read("report/report.html").decode()
     pngs = {p.name for p in (results / "figures").glob("*.png")}
-    assert pngs <= names and {"significance.csv", "comparison.csv", "tiny.csv"} <= names
+    assert pngs <= names and {"significance.html", "comparison.html", "tiny.html", "tiny_full.html"} <= names
     for text in ("Pass@1 against training step", "Pass@k against a swept option", "Policy entropy against step",
                  "Tables", "Toy addition", "AIME 2024", "PACS (β=0.5)",
                  "paired differences between methods"):  # fmt: skip

@@ -1,7 +1,7 @@
 """The paper's Table 1 / Table 2 layout: one table per model, rows Base and the methods, columns
 (benchmark, k), pass@k in percent; the best value of each column in bold, the second underlined.
 The appendix's full-k tables have every k that was evaluated. Written as CSV, Markdown and LaTeX
-(booktabs)."""
+(booktabs), and as an HTML page (what `snakemake --report` shows)."""
 
 from pathlib import Path
 
@@ -78,6 +78,15 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_html(table: pd.DataFrame, title: str, index: bool = True) -> str:
+    """``table`` as a small self-contained HTML page, values to two decimals."""
+    body = table.to_html(float_format=lambda v: f"{v:.2f}", na_rep="–", border=0, index=index)
+    style = ("body{font-family:sans-serif;font-size:13px}table{border-collapse:collapse}"
+             "th,td{padding:2px 8px;text-align:right;border-bottom:1px solid #ddd}")  # fmt: skip
+    return f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style></head>" \
+           f"<body><h3>{title}</h3>\n{body}\n</body></html>\n"  # fmt: skip
+
+
 def _starts(spans: list[tuple[str, int]]) -> list[tuple[int, int]]:
     out, start = [], 2
     for _, n in spans:
@@ -91,7 +100,7 @@ def _latex_escape(text: str) -> str:
 
 
 def write_tables(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
-    """For each model: ``{model}.{csv,md,tex}`` (the paper's columns) and ``{model}_full.*`` (every k)."""
+    """For each model: ``{model}.{csv,md,tex,html}`` (the paper's columns) and ``{model}_full.*`` (every k)."""
     final, written = final_rows(table), []
     for model in manifest["models"]:
         if model not in set(final["model"]):
@@ -107,21 +116,27 @@ def write_tables(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
             # suffixes appended, not swapped: a model's key may have a dot (qwen2.5-7b)
             for path, text in ((stem.with_name(f"{stem.name}.csv"), flat.round(2).to_csv()),
                                (stem.with_name(f"{stem.name}.md"), f"**{label}** ({what})\n\n" + to_markdown(wide)),
-                               (stem.with_name(f"{stem.name}.tex"), to_latex(wide, caption))):  # fmt: skip
+                               (stem.with_name(f"{stem.name}.tex"), to_latex(wide, caption)),
+                               (stem.with_name(f"{stem.name}.html"),
+                                to_html(wide, f"{label}: pass@k (%), {what}"))):  # fmt: skip
                 atomic_write_text(path, text)
                 written.append(path)
     return written
 
 
 def describe(stem: str, manifest: dict) -> dict[str, str]:
-    """What the table ``stem`` (a CSV name ``pacs report tables`` writes) holds: ``{"table", "model"}``."""
+    """What the table ``stem`` (a CSV name ``pacs report tables`` writes) holds: ``{"model", "table"}``.
+
+    The model comes first: `snakemake --report` turns a later label with two values, each on half the
+    entries, into a toggle, and with the model later, a toggle between "every model" and one model would
+    pair up tables that do not exist (the report's page then fails to render; seen in Chromium)."""
     fixed = {"comparison": "reproduced against published", "significance": "paired differences between methods"}
     if stem in fixed:
-        return {"table": fixed[stem], "model": "every model"}
+        return {"model": "every model", "table": fixed[stem]}
     model, full = (stem[: -len("_full")], True) if stem.endswith("_full") else (stem, False)
     if model not in manifest["models"]:
         raise ValueError(f"table {stem!r}: names no model of the manifest")
     return {
-        "table": "pass@k, every k" if full else "pass@k, the paper's k",
         "model": manifest["models"][model]["label"],
+        "table": "pass@k, every k" if full else "pass@k, the paper's k",
     }

@@ -32,7 +32,7 @@ rule make_tables:
     output:
         report(
             directory(f"{RESULTS}/tables"),
-            patterns=["{table}.csv"],
+            patterns=["{table}.html"],
             caption="../report/tables.rst",
             category="Tables",
             labels=lambda w: table_names.describe(w.table, MANIFEST_DATA),
