@@ -132,16 +132,20 @@ def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, to
     assert metrics["pass_at_k"]["1"]["mean"] == accuracy["eval/accuracy"] > 0
 
 
-def test_a_training_checkpoint_is_evaluated(tiny_model, toy_data, tmp_path):
+def test_a_training_checkpoint_is_evaluated(tiny_model, toy_data, vllm_config, tmp_path):
+    """A checkpoint as the trainer writes it loads in vLLM, the default engine (eager: compiling would double the
+    time without testing more)."""
     from conftest import write_run_config
 
     config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 2})
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 0
     checkpoint = tmp_path / "run" / "checkpoints" / "step_000002"
     out = tmp_path / "eval"
-    assert evaluate(checkpoint, toy_data / "heldout.parquet", out, "--greedy", "--limit", 20, *TOY_FLAGS) == 0
+    flags = ["--greedy", "--limit", 20, "--config", vllm_config, *TOY_FLAGS]
+    assert evaluate(checkpoint, toy_data / "heldout.parquet", out, *flags) == 0
     metrics = read_metrics(out)
     assert metrics["model"] == str(checkpoint.resolve()) and metrics["problems"] == 20
+    assert metrics["engine"] == "vllm"
     assert metrics["statuses"]["correct"] + metrics["statuses"]["wrong"] == 20
 
 
