@@ -330,7 +330,8 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
     atomic_write_csv(args.out / "significance.csv", pairs)
     atomic_write_text(args.out / "significance.md", significance.to_markdown(pairs, manifest))
     title = "Paired differences between methods (percentage points, 95 % bootstrap intervals over problems)"
-    atomic_write_text(args.out / "significance.html", to_html(pairs, title, index=False))
+    shown = significance.readable(pairs, manifest)
+    atomic_write_text(args.out / "significance.html", to_html(shown, title, index=False))
     print(f"wrote {len(written)} tables, comparison.csv ({len(comp)} cells with a published value) and "
           f"significance.csv ({len(pairs)} paired differences) to {args.out}")  # fmt: skip
     return 0

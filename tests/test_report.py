@@ -103,6 +103,8 @@ def test_report_verbs_write_tables_figures_and_report(manifest, tmp_path):
     assert pairs.loc[("pacs", "ppo", 1), "difference"] == pytest.approx(0.0, abs=1e-9)  # 70.00 both
     assert pairs.loc[("pacs", "base", 1), "difference"] == pytest.approx(20.0)
     assert "| Model | AIME 2024 | 1 | PACS − PPO | +0.00" in text and "paired bootstrap" in text
+    page = (tmp_path / "tables" / "significance.html").read_text()  # what snakemake --report shows: labels, not keys
+    assert "<td>PACS − PPO</td>" in page and "<td>+20.00 (" in page and ">pacs<" not in page
     manifest["evaluations"][0]["metrics"] = str(tmp_path / "missing.json")
     path.write_text(json.dumps(manifest))
     assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 2

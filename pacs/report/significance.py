@@ -108,17 +108,26 @@ def _signed(x: float) -> str:
     return "+0.00" if text == "-0.00" else text
 
 
+def readable(table: pd.DataFrame, manifest: dict) -> pd.DataFrame:
+    """The table as people read it (REPORT.md, the HTML page of ``snakemake --report``): labels instead of keys,
+    the difference with its interval in one cell, the share ≤ 0, and the paper's difference."""
+    label = {group: {key: spec["label"] for key, spec in manifest[group].items()} for group in
+             ("models", "methods", "benchmarks")}  # fmt: skip
+    rows = [{"model": label["models"][r.model], "benchmark": label["benchmarks"][r.benchmark], "k": r.k,
+             "method − against": f"{label['methods'][r.method]} − {label['methods'][r.against]}",
+             "difference (95% CI)": f"{_signed(r.difference)} ({_signed(r.ci_low)} to {_signed(r.ci_high)})",
+             "P(≤ 0)": f"{r.p_le_0:.3f}",
+             "paper": "–" if np.isnan(r.published_difference) else _signed(r.published_difference)}
+            for r in table.itertuples(index=False)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["model", "benchmark", "k", "method − against", "difference (95% CI)",
+                                       "P(≤ 0)", "paper"])  # fmt: skip
+
+
 def to_markdown(table: pd.DataFrame, manifest: dict) -> str:
     """One row per pair and k: the difference with its interval, the share ≤ 0, and the paper's difference."""
     if table.empty:
         return "No pair of methods was evaluated on the same benchmark.\n"
-    label = {group: {key: spec["label"] for key, spec in manifest[group].items()} for group in
-             ("models", "methods", "benchmarks")}  # fmt: skip
-    lines = ["| model | benchmark | k | method − against | difference (95% CI) | P(≤ 0) | paper |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in table.itertuples(index=False):
-        paper = "–" if np.isnan(r.published_difference) else _signed(r.published_difference)
-        lines.append(f"| {label['models'][r.model]} | {label['benchmarks'][r.benchmark]} | {r.k} | "
-                     f"{label['methods'][r.method]} − {label['methods'][r.against]} | {_signed(r.difference)} "
-                     f"({_signed(r.ci_low)} to {_signed(r.ci_high)}) | {r.p_le_0:.3f} | {paper} |")  # fmt: skip
+    shown = readable(table, manifest)
+    lines = ["| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
     return "\n".join(lines) + "\n"
