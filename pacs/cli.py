@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     bg = what.add_parser("gpu", help="this GPU's training and generation throughput: a calibration file for the plan")
     bg.add_argument("--shapes", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], help="of pacs.models.shapes")
     bg.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shapes")
-    bg.add_argument("--rows", type=int, default=1, help="sequences per update")
+    bg.add_argument("--rows", type=int, default=8, help="sequences per update (config/config.yaml's 36,864 tokens)")
     bg.add_argument("--prompt-length", type=int, default=512)
     bg.add_argument("--response-length", type=int, default=4096)
     bg.add_argument("--steps", type=int, default=4, help="updates; the first (optimizer state created) is not timed")
