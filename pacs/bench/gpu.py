@@ -4,9 +4,9 @@
   activation checkpointing, chunked log-probs, for models built from Qwen2.5 shapes with random weights
   (``pacs.bench.update``), at the paper's lengths (512 prompt + 4,096 response tokens), 8 sequences per update
   by default (config/config.yaml's micro-batch token budget). ``train_mfu`` is the plan's FLOPs of that update
-  (``pacs.plan.jobs.forward_flops``: 6·N per token plus attention) per second
-  over the GPU's peak, from the largest shape measured; the peak memory is reported beside the plan's
-  estimate of it (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
+  (``pacs.plan.jobs.forward_flops``: 6·N per token plus attention) per second over the GPU's peak, from the
+  largest shape measured; the peak memory is reported beside the plan's estimate of it
+  (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
 - **Generation**: transformers' ``generate`` (the GPU machine may have no vLLM), a batch of random prompts,
   sampling a fixed number of new tokens. Its efficiency is written under ``measured``; ``generate_mfu`` stays
   the vLLM default, since transformers' generation is several times slower than vLLM's and would not predict

@@ -108,19 +108,20 @@ def _signed(x: float) -> str:
     return "+0.00" if text == "-0.00" else text
 
 
+READABLE = ["model", "benchmark", "k", "method − against", "difference (95% CI)", "P(≤ 0)", "paper"]
+
+
 def readable(table: pd.DataFrame, manifest: dict) -> pd.DataFrame:
     """The table as people read it (REPORT.md, the HTML page of ``snakemake --report``): labels instead of keys,
-    the difference with its interval in one cell, the share ≤ 0, and the paper's difference."""
+    the difference with its interval in one cell, the share ≤ 0, and the paper's difference (``READABLE``)."""
     label = {group: {key: spec["label"] for key, spec in manifest[group].items()} for group in
              ("models", "methods", "benchmarks")}  # fmt: skip
-    rows = [{"model": label["models"][r.model], "benchmark": label["benchmarks"][r.benchmark], "k": r.k,
-             "method − against": f"{label['methods'][r.method]} − {label['methods'][r.against]}",
-             "difference (95% CI)": f"{_signed(r.difference)} ({_signed(r.ci_low)} to {_signed(r.ci_high)})",
-             "P(≤ 0)": f"{r.p_le_0:.3f}",
-             "paper": "–" if np.isnan(r.published_difference) else _signed(r.published_difference)}
+    rows = [(label["models"][r.model], label["benchmarks"][r.benchmark], r.k,
+             f"{label['methods'][r.method]} − {label['methods'][r.against]}",
+             f"{_signed(r.difference)} ({_signed(r.ci_low)} to {_signed(r.ci_high)})", f"{r.p_le_0:.3f}",
+             "–" if np.isnan(r.published_difference) else _signed(r.published_difference))
             for r in table.itertuples(index=False)]  # fmt: skip
-    return pd.DataFrame(rows, columns=["model", "benchmark", "k", "method − against", "difference (95% CI)",
-                                       "P(≤ 0)", "paper"])  # fmt: skip
+    return pd.DataFrame(rows, columns=READABLE)
 
 
 def to_markdown(table: pd.DataFrame, manifest: dict) -> str:
