@@ -132,10 +132,25 @@ def evaluations(config: dict, runs: dict) -> list[dict]:
     ]
 
 
-def eval_settings(config: dict, benchmark: str) -> dict:
-    """``pacs evaluate``'s config for ``benchmark``: eval.settings with the benchmark's n and limit, resolved."""
+def eval_dtype(config: dict, runs: dict) -> str:
+    """The one dtype every evaluation runs in, the base models' included: ``eval.settings.dtype``, or for "auto"
+    the dtype the runs compute in (their checkpoints are written in it), which must then be one."""
+    dtype = config["eval"]["settings"].get("dtype", "auto")
+    computed = sorted({run["trainer"]["compute_dtype"] or run["model"]["dtype"] for run in runs.values()})
+    if dtype != "auto" or not computed:
+        return dtype
+    if len(computed) > 1:
+        raise ConfigError(f"config: eval.settings.dtype auto: the runs compute in {' and '.join(computed)}, and base "
+                          "and trained models must be evaluated in one dtype: set eval.settings.dtype")  # fmt: skip
+    return computed[0]
+
+
+def eval_settings(config: dict, benchmark: str, runs: dict) -> dict:
+    """``pacs evaluate``'s config for ``benchmark``: eval.settings with the benchmark's n and limit and the
+    experiment's one evaluation dtype (``eval_dtype``), resolved."""
     spec = config["data"]["benchmarks"][benchmark]
-    settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit")}
+    settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit"),
+                "dtype": eval_dtype(config, runs)}  # fmt: skip
     if config["data"].get("chat_template_kwargs"):
         settings["chat_template_kwargs"] = config["data"]["chat_template_kwargs"]
     return to_dict(from_dict(EvalConfig, settings, f"config: eval.settings (benchmark {benchmark})"))
@@ -146,5 +161,5 @@ def plan(config: dict, runs: dict | None = None):
     from pacs.plan.jobs import plan_experiment
 
     runs = run_configs(config) if runs is None else runs
-    settings = {b: eval_settings(config, b) for b in config["data"]["benchmarks"]}
+    settings = {b: eval_settings(config, b, runs) for b in config["data"]["benchmarks"]}
     return plan_experiment(config, runs, evaluations(config, runs), settings)

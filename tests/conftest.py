@@ -67,14 +67,14 @@ def tiny_model(toy_data, tmp_path_factory) -> Path:
     return out
 
 
-def write_run_config(path: Path, model: Path, data: Path, **sections) -> Path:
+def write_run_config(path: Path, model: Path, data_dir: Path, **sections) -> Path:
     """The toy-task run of `pacs bench train`, made small (6 steps of 16 prompts, a checkpoint every 2,
     no evaluation); ``sections`` override keys of a section (``algorithm`` as a whole)."""
     import yaml
 
     from pacs.bench.train import bench_config
 
-    config = bench_config({"name": "pacs"}, model, data, steps=6, seed=0)
+    config = bench_config({"name": "pacs"}, model, data_dir, steps=6, seed=0)
     small = {
         "trainer": {"batch_size": 16, "mini_batch_size": 8, "micro_batch_size": 4},
         "checkpoint": {"save_every": 2},

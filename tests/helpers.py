@@ -163,7 +163,7 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
 
     from pacs.rollout.base import stop_token_ids
     from pacs.rollout.vllm import VLLMEngine, VLLMOptions
-    from pacs.train.rollouts import logprob_gap, policy_weights
+    from pacs.train.rollouts import logprob_gap, push_weights, sampled_logprobs
 
     torch.set_num_threads(2)
     tokenizer = AutoTokenizer.from_pretrained(trained)
@@ -176,13 +176,14 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
     def gap() -> dict:
         completions = engine.generate(prompts, SamplingParams(n=N, max_tokens=16, seed=1, logprobs=True))
         batch = rollout_batch(prompts, completions, tokenizer.pad_token_id)
+        batch["sampler_logprobs"] = sampled_logprobs(completions, batch["response_mask"].shape[1])
         with torch.no_grad():
             batch["old_logprobs"] = token_logprobs(PolicyScorer(policy, 1024), batch, 1.0)[0]
-        return logprob_gap(batch, completions, DistEnv())
+        return logprob_gap(batch, DistEnv())
 
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=16)
     result = {"before_push": gap()}
-    engine.update_weights(policy_weights(policy))
+    result["push_check"] = push_weights(1, engine, policy)  # raises if the engine does not hold what was pushed
     result["after_push"] = gap()
     result["vllm_greedy"] = [g[0].text for g in engine.generate(prompts, greedy)]
     result["hf_greedy"] = [g[0].text for g in HFEngine(policy, tokenizer, stops).generate(prompts, greedy)]

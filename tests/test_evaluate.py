@@ -145,7 +145,7 @@ def test_a_training_checkpoint_is_evaluated(tiny_model, toy_data, vllm_config, t
     assert evaluate(checkpoint, toy_data / "heldout.parquet", out, *flags) == 0
     metrics = read_metrics(out)
     assert metrics["model"] == str(checkpoint.resolve()) and metrics["problems"] == 20
-    assert metrics["engine"] == "vllm"
+    assert metrics["engine"] == "vllm" and metrics["dtype"] == "float32"  # auto: the checkpoint's, the run's
     assert metrics["statuses"]["correct"] + metrics["statuses"]["wrong"] == 20
 
 

@@ -108,3 +108,18 @@ def test_paper_v2_and_its_base_overlay_plan_the_same_architectures():
     plan = experiment.plan(v2)
     assert not plan.errors and {j.name.split("/")[1] for j in plan.jobs if j.name.startswith("train/")} == {
         "qwen3-4b", "qwen3-8b"}  # fmt: skip
+
+
+def test_every_evaluation_of_an_experiment_runs_in_one_dtype():
+    """Base and trained models alike: eval.settings.dtype, or for auto the one dtype the runs compute in (and
+    write their checkpoints in); runs computing in different dtypes need it set."""
+    paper = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    runs = experiment.run_configs(paper)
+    assert {experiment.eval_settings(paper, b, runs)["dtype"] for b in paper["data"]["benchmarks"]} == {"bfloat16"}
+    auto = experiment.merged(paper, {"eval": {"settings": {"dtype": "auto"}}})
+    assert experiment.eval_settings(auto, "aime2024", runs)["dtype"] == "bfloat16"  # trainer.compute_dtype
+    config = tiny()
+    assert experiment.eval_settings(config, "toy_heldout", experiment.run_configs(config))["dtype"] == "float32"
+    config["methods"]["grpo"]["train"] = {"model": {"dtype": "bfloat16"}}
+    with pytest.raises(ConfigError, match="eval.settings.dtype auto: the runs compute in bfloat16 and float32"):
+        experiment.eval_settings(config, "toy_heldout", experiment.run_configs(config))

@@ -128,6 +128,7 @@ def test_old_logprobs_from_the_update_forward_equal_a_separate_pass(raw_tiny_mod
     from pacs.algorithms import get_objective
     from pacs.train import loop
     from pacs.train.config import load_run_config, objective_config
+    from pacs.train.models import load_models
 
     trainer = {"batch_size": 8, "mini_batch_size": mini_batch_size, "micro_batch_size": 2}
     path = write_run_config(tmp_path / "run.yaml", raw_tiny_model, toy_data, algorithm={"name": algorithm},
@@ -137,7 +138,7 @@ def test_old_logprobs_from_the_update_forward_equal_a_separate_pass(raw_tiny_mod
     batch = fixed_batch(raw_tiny_model, toy_data)
 
     def step() -> tuple:
-        models = loop.load_models(config, objective, objective.needs(objective_config(config)), None, DistEnv())
+        models = load_models(config, objective, objective.needs(objective_config(config)), None, DistEnv())
         b = {k: v.clone() for k, v in batch.items()}
         entropy = loop.score_batch(b, config, models, DistEnv())
         b.update(loop.prepare_whole_batch(objective, b, N, objective_config(config), DistEnv()))

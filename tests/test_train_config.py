@@ -71,7 +71,7 @@ def test_a_strategy_the_ranks_cannot_run_is_an_error_naming_it():
 
     fsdp = {**MINIMAL, "trainer": {"strategy": "fsdp", "compute_dtype": "bfloat16"}, "rollout": {"engine": "vllm"}}
     check_sizes(resolve(fsdp), DistEnv(0, 2))
-    with pytest.raises(ValueError, match="trainer.compute_dtype bfloat16 .* one process"):
-        check_sizes(resolve(fsdp), DistEnv())  # it would compute in float32 without saying so
+    with pytest.raises(ValueError, match="trainer.compute_dtype bfloat16 applies to fsdp in a process group"):
+        check_sizes(resolve(fsdp), DistEnv())  # outside pacs train it would compute in float32 without saying so
     with pytest.raises(ValueError, match="rollout.engine hf"):
         check_sizes(resolve({**fsdp, "rollout": {"engine": "hf"}}), DistEnv(0, 2))

@@ -60,7 +60,7 @@ def test_two_nodes_train_with_sharded_checkpoints(two_nodes, tiny_model):
     # both engines sample from the weights both ranks trained (a full-tensor push from the shards)
     assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in records[1:]), records
     last = ckpt.checkpoint_dir(two_nodes / "checkpoints", STEPS)
-    shards = sorted(p.name for p in (last / "optimizer").glob("*.distcp"))
+    shards = sorted(p.name for p in (last / "resume").glob("*.distcp"))
     assert len(shards) == 2  # each rank wrote its own part of the optimizer states
     policy = AutoModelForCausalLM.from_pretrained(last)  # consolidated, as transformers saves it
     start = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
@@ -84,7 +84,7 @@ def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
              str(Path(__file__).parent / "train_dying_in_checkpoint.py"), str(STEPS), *args]  # fmt: skip
     done = subprocess.run(dying, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode != 0, done.stderr[-3000:]
-    assert (out / "checkpoints" / ".step_000004.tmp" / "optimizer").is_dir()  # both shards written, unpublished
+    assert (out / "checkpoints" / ".step_000004.tmp" / "resume").is_dir()  # both shards written, unpublished
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -82,7 +82,7 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
     assert [s for s, _ in ckpt.complete_checkpoints(uninterrupted / "checkpoints")] == [2, 4, 6]
     last = ckpt.checkpoint_dir(uninterrupted / "checkpoints", 6)
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "trainer_state.pt",
-                 "optimizer/.metadata"):  # fmt: skip
+                 "resume/.metadata"):  # fmt: skip
         assert (last / name).is_file(), name
     model = AutoModelForCausalLM.from_pretrained(last)
     assert AutoTokenizer.from_pretrained(last).chat_template
@@ -102,19 +102,19 @@ def test_killed_run_resumes_bitwise(uninterrupted, config, tmp_path):
 
 def test_crash_while_writing_a_checkpoint_resumes_bitwise(uninterrupted, config, tmp_path, monkeypatch):
     out = tmp_path / "crashed"
-    write = ckpt.save_optimizers
+    write = ckpt.save_resume_state
 
-    def crash_at_step_4(staging, pairs):
-        write(staging, pairs)
+    def crash_at_step_4(staging, optimizers, masters):
+        write(staging, optimizers, masters)
         if staging.name == ".step_000004.tmp":
             raise KeyboardInterrupt("killed while writing the checkpoint")
 
-    monkeypatch.setattr(ckpt, "save_optimizers", crash_at_step_4)
+    monkeypatch.setattr(ckpt, "save_resume_state", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
         train(load_run_config(config), out)
-    assert (out / "checkpoints" / ".step_000004.tmp" / "optimizer").is_dir()  # written, never published
+    assert (out / "checkpoints" / ".step_000004.tmp" / "resume").is_dir()  # written, never published
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
-    monkeypatch.setattr(ckpt, "save_optimizers", write)
+    monkeypatch.setattr(ckpt, "save_resume_state", write)
     assert train(load_run_config(config), out)["start_step"] == 2
     assert not (out / "checkpoints" / ".step_000004.tmp").exists()
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
@@ -191,16 +191,85 @@ def test_a_reference_reset_zeroes_the_proxy_restarts_adamw_and_resumes_bitwise(t
     moved = {step: moved_by_lr(step) for step in (3, 4, 5)}  # AdamW's first step is lr·g/|g|: lr for every weight
     assert moved[3] > 0.9 and moved[5] > 0.9 and moved[4] < 0.2, moved  # measured 0.93, 0.98 and 0.06
 
-    crashed, write = tmp_path / "crashed", ckpt.save_optimizers
+    crashed, write = tmp_path / "crashed", ckpt.save_resume_state
 
-    def crash_at_step_6(staging, pairs):
+    def crash_at_step_6(staging, optimizers, masters):
         if staging.name == ".step_000006.tmp":
             raise KeyboardInterrupt("killed while writing the checkpoint")
-        write(staging, pairs)
+        write(staging, optimizers, masters)
 
-    monkeypatch.setattr(ckpt, "save_optimizers", crash_at_step_6)
+    monkeypatch.setattr(ckpt, "save_resume_state", crash_at_step_6)
     with pytest.raises(KeyboardInterrupt):
         train(load_run_config(config), crashed)
-    monkeypatch.setattr(ckpt, "save_optimizers", write)
+    monkeypatch.setattr(ckpt, "save_resume_state", write)
     assert train(load_run_config(config), crashed)["start_step"] == 5  # the reference of step 5's reset, saved
     assert_bitwise_equal(final_weights(crashed), final_weights(whole))
+
+
+def resume_state(checkpoint) -> dict:
+    """What a checkpoint's resume/ holds (torch.distributed.checkpoint), as one dict."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(checkpoint / "resume", checkpoint.parent / "resume_state.pt")
+    return torch.load(checkpoint.parent / "resume_state.pt", weights_only=False)
+
+
+def test_one_process_fsdp_computes_in_bf16_writes_bf16_and_resumes_bitwise_from_fp32_masters(tiny_model, toy_data,
+                                                                                              tmp_path):  # fmt: skip
+    """The paper config on one device: FSDP2 over a process group of its own, bf16 compute over fp32 master
+    weights, transformers rollouts gathered from the shards. Checkpoints hold the policy in bf16 (what
+    evaluation and the rollout engine read) and the fp32 masters beside the optimizer; killed after step 3
+    and resumed, the run ends where the uninterrupted one does, masters and all."""
+    from pacs.eval.run import checkpoint_dtype
+
+    trainer = {"total_steps": 4, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
+               "compute_dtype": "bfloat16", "gradient_checkpointing": True}  # fmt: skip
+    config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, trainer=trainer, optim={"lr": 1e-3})
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert (result := run_cli(config, whole)).returncode == 0, result.stderr[-3000:]
+    run_cli(config, killed, kill_after_step=3)
+    assert ckpt.latest_checkpoint(killed / "checkpoints")[0] == 2
+    assert (result := run_cli(config, killed)).returncode == 0, result.stderr[-3000:]
+    assert rewards(killed) == rewards(whole)
+    assert_bitwise_equal(final_weights(killed, 4), final_weights(whole, 4))
+    last = [ckpt.checkpoint_dir(out / "checkpoints", 4) for out in (whole, killed)]
+    masters = [{k.removeprefix("model."): v for k, v in resume_state(c)["policy"].items()} for c in last]
+    assert_bitwise_equal(masters[0], masters[1])
+    hf = final_weights(whole, 4)
+    assert {v.dtype for v in hf.values()} == {torch.bfloat16}
+    assert json.loads((last[0] / "config.json").read_text())["dtype"] == "bfloat16"
+    assert checkpoint_dtype(str(last[0]), "auto") == "bfloat16"  # pacs evaluate's own choice for it
+    for name, weight in hf.items():  # the HF weights are the masters, rounded
+        assert masters[0][name].dtype == torch.float32 and torch.equal(masters[0][name].to(torch.bfloat16), weight)
+    start = load_file(tiny_model / "model.safetensors")
+    assert any(not torch.equal(masters[0][k], start[k]) for k in start)
+    # what pacs plan says a checkpoint takes on disk: the bf16 policy, the fp32 masters and AdamW's moments
+    from transformers import AutoConfig
+
+    from pacs.config import to_dict
+    from pacs.plan.disk import checkpoint_bytes
+
+    planned = checkpoint_bytes(AutoConfig.from_pretrained(tiny_model), to_dict(load_run_config(config)), False)
+    on_disk = {"policy": (last[0] / "model.safetensors").stat().st_size,
+               "resume": sum(f.stat().st_size for f in (last[0] / "resume").iterdir())}  # fmt: skip
+    for part, size in on_disk.items():  # and headers: 0.2 MB of DCP's for this model's 60 tensors
+        assert planned[part] <= size < planned[part] * 1.02 + 300_000, (part, size, planned)
+
+
+def test_a_run_with_wandb_disabled_needs_neither_wandb_nor_the_workflow_packages(raw_tiny_model, toy_data, tmp_path):
+    """What a GPU node may lack (the lent GPU machine has no wandb, snakemake or datasets): `pacs train` with
+    logging.wandb disabled imports none of them."""
+    config = write_run_config(tmp_path / "run.yaml", raw_tiny_model, toy_data, trainer={"total_steps": 1},
+                              checkpoint={"save_every": 1})  # fmt: skip
+    blocker = ("import importlib.abc, sys\n"
+               "class Missing(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path, target=None):\n"
+               "        if name.split('.')[0] in ('wandb', 'snakemake', 'datasets'):\n"
+               "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+               "sys.meta_path.insert(0, Missing())\n"
+               "from pacs.cli import main\n"
+               f"sys.exit(main(['train', '--config', {str(config)!r}, '--out', {str(tmp_path / 'run')!r}]))"
+               )  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints")[0] == 1

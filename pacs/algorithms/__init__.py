@@ -5,7 +5,8 @@ batch tensors ``needs(config)`` lists once per step, calls ``prepare`` once per 
 per micro-batch. Adding an objective means adding an entry here; no training code changes.
 
 Batch tensors: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``entropy``, ``values``,
-``new_values`` (B, T); ``response_mask`` (B, T); ``rewards`` (B,) in {0, 1}; rows in groups of n.
+``new_values``, ``sampler_logprobs`` (the rollout engine's, for rollout correction) (B, T); ``response_mask``
+(B, T); ``rewards`` (B,) in {0, 1}; rows in groups of n.
 """
 
 from collections.abc import Callable, Mapping
@@ -36,12 +37,17 @@ class Objective:
     value_reduction: Callable[[Any], str] | None = None
 
 
+def _correction_needs(config) -> set[str]:
+    return {"old_logprobs", "sampler_logprobs"} if config.tis_cap is not None else set()
+
+
 def _pacs_needs(config: PacsConfig) -> frozenset[str]:
-    return frozenset({"log-ratio": {"old_logprobs"}, "reference": {"ref_logprobs"}}.get(config.reward_proxy, ()))
+    needs = {"log-ratio": {"old_logprobs"}, "reference": {"ref_logprobs"}}.get(config.reward_proxy, set())
+    return frozenset(needs | _correction_needs(config))
 
 
 def _policy_needs(config: PolicyLossConfig) -> frozenset[str]:
-    needs = {"old_logprobs"}
+    needs = {"old_logprobs"} | _correction_needs(config)
     if config.kl_coef:
         needs.add("ref_logprobs")
     if config.entropy_coef:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pacs.algorithms.correction import check_tis_cap, truncated_importance_weights
+
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k3")
 
@@ -84,8 +86,12 @@ class PolicyLossConfig:
     kl_coef: float = 0.0  # weight of the KL-to-reference loss; 0 disables it [use_kl_loss, kl_loss_coef]
     kl_estimator: str = "k3"  # k1 or k3 [kl_loss_type: kl, low_var_kl]
     entropy_coef: float = 0.0  # entropy bonus; the paper used 0 [entropy_coeff]
+    # rollout correction: each token's loss weighted by min(π_old/π_sampler, C), C this cap (verl's
+    # tis_imp_ratio_cap, typically 2); null: off, as the paper trained
+    tis_cap: float | None = None
 
     def __post_init__(self):
+        check_tis_cap(self.tis_cap)
         if self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {self.clip_ratio_c}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
@@ -100,14 +106,16 @@ def ppo_clip_loss(
     advantages: Tensor,
     response_mask: Tensor,
     config: PolicyLossConfig,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Dual-clip PPO surrogate (Schulman et al. 2017; Ye et al. 2020), per token:
 
         ℓ = max(−A ρ, −A clip(ρ, 1−ε_low, 1+ε_high)),  ρ = exp(log π_θ − log π_old)
         ℓ = min(ℓ, −A c)  where A < 0
 
-    aggregated with ``config.loss_agg_mode``. ``advantages`` is (B, T) or (B,) for one per answer.
-    At ρ = 1 the gradient is the plain policy gradient −A ∇log π_θ.
+    times ``is_weights`` (B, T) where given (rollout correction), aggregated with ``config.loss_agg_mode``.
+    ``advantages`` is (B, T) or (B,) for one per answer. At ρ = 1 the gradient is the plain policy gradient
+    −A ∇log π_θ.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)  # (B, 1) broadcasts over tokens
@@ -118,6 +126,8 @@ def ppo_clip_loss(
     clip_max = torch.maximum(unclipped, clipped)
     dual = torch.minimum(clip_max, -advantages * config.clip_ratio_c)
     loss_mat = torch.where(advantages < 0, dual, clip_max)  # (B, T)
+    if is_weights is not None:
+        loss_mat = loss_mat * is_weights
     loss = aggregate_loss(loss_mat, response_mask, config.loss_agg_mode, config.max_response_length)
     with torch.no_grad():
         metrics = {
@@ -137,9 +147,18 @@ def policy_loss(
     config: PolicyLossConfig,
     ref_logprobs: Tensor | None = None,
     entropy: Tensor | None = None,
+    sampler_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO-clip loss + kl_coef · KL(π_θ‖π_ref) − entropy_coef · H, each aggregated the same way."""
-    loss, metrics = ppo_clip_loss(logprobs, old_logprobs, advantages, response_mask, config)
+    """PPO-clip loss (token-level rollout correction with ``tis_cap``) + kl_coef · KL(π_θ‖π_ref) − entropy_coef · H,
+    each aggregated the same way."""
+    is_weights, tis = None, {}
+    if config.tis_cap is not None:
+        if sampler_logprobs is None:
+            raise ValueError("tis_cap needs the rollout engine's log-probs of its samples (sampler_logprobs)")
+        is_weights, tis = truncated_importance_weights(old_logprobs, sampler_logprobs, response_mask,
+                                                       config.tis_cap, "token")  # fmt: skip
+    loss, metrics = ppo_clip_loss(logprobs, old_logprobs, advantages, response_mask, config, is_weights)
+    metrics.update(tis)
 
     def agg(x: Tensor) -> Tensor:
         return aggregate_loss(x, response_mask, config.loss_agg_mode, config.max_response_length)
@@ -172,4 +191,5 @@ def policy_batch_loss(
         config,
         ref_logprobs=batch.get("ref_logprobs"),
         entropy=batch.get("entropy"),
+        sampler_logprobs=batch.get("sampler_logprobs"),
     )

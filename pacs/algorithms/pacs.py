@@ -14,6 +14,7 @@ from torch import Tensor
 
 from pacs.algorithms.advantages import GROUP_SCORES, group_scores
 from pacs.algorithms.core import masked_mean, masked_sum
+from pacs.algorithms.correction import check_tis_cap, truncated_importance_weights
 
 REWARD_PROXIES = ("log-ratio", "length-normalized", "reference")
 WEIGHTINGS = ("balanced", "positive", "negative", "none")
@@ -31,8 +32,12 @@ class PacsConfig:
     eps: float = 1e-6  # for score=grpo: added to the std
     weighting: str = "balanced"  # balanced [use_weight, weight_mode=question], positive [only_positive],
     #   negative [only_negative] or none [use_weight=False]
+    # rollout correction: each answer's BCE term weighted by min(π_old(o)/π_sampler(o), C), C this cap (the
+    # sequence-level form of truncated importance sampling: pacs_loss); null: off, as the paper trained
+    tis_cap: float | None = None
 
     def __post_init__(self):
+        check_tis_cap(self.tis_cap)
         for key, value, choices in (
             ("reward_proxy", self.reward_proxy, REWARD_PROXIES),
             ("score", self.score, GROUP_SCORES),
@@ -98,6 +103,7 @@ def pacs_loss(
     config: PacsConfig,
     old_logprobs: Tensor | None = None,
     ref_logprobs: Tensor | None = None,
+    sampler_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PACS loss over a batch of whole groups:
 
@@ -106,12 +112,29 @@ def pacs_loss(
     ``logprobs`` (B, T) of π_θ with grad; ``rewards`` (B,) in {0, 1}; the average is over all B
     answers whatever the weights, as torch's BCEWithLogitsLoss(weight=w) in the official code.
     At π_θ = π_old its gradient is (1/B) Σ_i w_i (σ(0) − R_i) ∇ψ_i: RLOO-centred REINFORCE.
+
+    Rollout correction (``tis_cap`` C). L is an expectation over answers o ~ π_old, but the engine drew them
+    from π_s. Per answer, E_{o~π_old}[ℓ(o)] = E_{o~π_s}[ρ(o) ℓ(o)] with ρ(o) = π_old(o)/π_s(o)
+    = Π_t π_old(o_t)/π_s(o_t), a ratio of whole sequences since ℓ_i is a loss of the whole answer (unlike PPO's
+    per-token terms). The
+    term w_i · BCE_i is weighted by min(ρ_i, C): unbiased below the cap, bounded variance above it. The
+    group's other answers enter ψ_i only through its baseline and are taken as drawn, as GRPO's group
+    normalisation is; exact correction would weight by the product over the group. log ρ_i sums the
+    per-token gaps, so its spread grows with the length (about σ·√|o| for a per-token spread σ): watch
+    ``tis_truncated_frac``.
     """
     baseline = ref_logprobs if config.reward_proxy == "reference" else old_logprobs
     r_hat = pacs_reward_proxy(logprobs, baseline, response_mask, config.beta, config.reward_proxy)  # (B,)
     psi = group_scores(r_hat, n, config.score, config.norm_by_std, config.eps)  # (B,)
     targets = rewards.to(psi.dtype)
     weights = pacs_weights(targets, n, config.weighting)
+    tis = {}
+    if config.tis_cap is not None:
+        if old_logprobs is None or sampler_logprobs is None:
+            raise ValueError("tis_cap needs old_logprobs and the rollout engine's log-probs (sampler_logprobs)")
+        rho, tis = truncated_importance_weights(old_logprobs, sampler_logprobs, response_mask, config.tis_cap,
+                                                "sequence")  # fmt: skip
+        weights = rho.to(psi.dtype) if weights is None else weights * rho.to(psi.dtype)
     loss = F.binary_cross_entropy_with_logits(psi, targets, weight=weights)
     with torch.no_grad():
         correct = targets > 0.5
@@ -125,6 +148,7 @@ def pacs_loss(
             "score_wrong_mean": masked_mean(psi, ~correct),
             "classifier_accuracy": ((psi > 0) == correct).float().mean(),
             "weight_mean": weights.mean() if weights is not None else torch.ones(()),
+            **tis,
         }
     return loss, metrics
 
@@ -143,4 +167,5 @@ def pacs_batch_loss(batch: Mapping[str, Tensor], n: int, config: PacsConfig) -> 
         config,
         old_logprobs=batch.get("old_logprobs"),
         ref_logprobs=batch.get("ref_logprobs"),
+        sampler_logprobs=batch.get("sampler_logprobs"),
     )

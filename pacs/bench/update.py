@@ -1,7 +1,7 @@
 """Memory and speed of the training update alone, per rank, for a model built from a shape with random weights.
 
 Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is
-built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.loop.spread``: ddp or
+built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.models.spread``: ddp or
 FSDP2, compute dtype, activation checkpointing), and given ``steps`` AdamW updates on random token
 sequences, each a forward and backward of ``PolicyScorer`` (the log-probs of the response positions, in
 chunks) under the mean response log-prob as loss: the cost of any objective's update, which adds only
@@ -56,15 +56,14 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
     from pacs.train.logprobs import PolicyScorer
-    from pacs.train.loop import spread
+    from pacs.train.models import spread
 
-    env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                           int(os.environ.get("LOCAL_RANK", 0)))  # fmt: skip
     t = from_dict(TrainerConfig, trainer)
+    # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device
+    env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                           int(os.environ.get("LOCAL_RANK", 0)), fsdp=t.strategy == "fsdp")  # fmt: skip
     cuda = env.device.startswith("cuda")
     alone = t.strategy == "fsdp" and not env.active
-    if alone:  # FSDP2 over a group of one: bf16 compute over fp32 master weights on one device
-        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     config = model_config(shape, **overrides)
     rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)

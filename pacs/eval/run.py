@@ -26,7 +26,7 @@ from pacs.eval.greedy import score_completions
 from pacs.eval.metrics import eval_metrics
 from pacs.io import atomic_write_json, atomic_write_parquet, parquet_metadata
 from pacs.rollout import RolloutEngine, SamplingParams
-from pacs.rollout.base import derived_seed, stop_token_ids
+from pacs.rollout.base import eval_seed, stop_token_ids
 from pacs.rollout.vllm import vllm_available
 from pacs.verify import VerifierPool
 
@@ -138,6 +138,7 @@ def evaluate(
         "data": str(data),
         "data_source": str(problems["data_source"].iloc[0]),
         "engine": engine_kind,
+        "dtype": checkpoint_dtype(model, config.dtype),  # what every sample was generated in
         **eval_metrics(responses, config.confidence, config.bootstrap_resamples),
         "throughput": {**throughput(infos, len(responses)), **run_info},
         "config": to_dict(config),
@@ -157,7 +158,7 @@ def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], ou
     with VerifierPool(config.verifier, workers=config.verifier_workers) as pool, closing(engine):
         for c in todo:
             params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
-                                    seed=derived_seed(config.seed, c))  # fmt: skip
+                                    seed=eval_seed(config.seed, c))  # fmt: skip
             start = time.perf_counter()
             completions = engine.generate(prompts[c], params)
             seconds = time.perf_counter() - start

@@ -21,6 +21,7 @@ from pacs.algorithms import get_objective
 from pacs.config import ConfigError, from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
+from pacs.plan.disk import checkpoint_bytes
 from pacs.plan.memory import dims, evaluation_memory, training_memory
 
 # DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
@@ -56,6 +57,7 @@ class Job:
     flops: float
     seconds: float | None = None
     errors: list[str] = field(default_factory=list)
+    checkpoint: dict = field(default_factory=dict)  # training: bytes on disk of one checkpoint, by part
 
     @property
     def peak_bytes(self) -> int:
@@ -107,7 +109,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
         update += 3 * forward_flops(d, trained, length / 2, head=False)
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
-              steps * (generate + update))  # fmt: skip
+              steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
     if gpus:
         step_s = (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * gpus)
         job.seconds = cal.startup_s + steps * step_s
@@ -241,7 +243,8 @@ def format_plan(plan: Plan) -> str:
               f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation)."]  # fmt: skip
     seen = set()
     for j in plan.jobs:
-        key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())))
+        key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),
+               tuple(j.checkpoint.items()))
         if key in seen:
             continue
         seen.add(key)
@@ -256,6 +259,9 @@ def format_plan(plan: Plan) -> str:
             else:
                 shown = ", ".join(f"{k} {_gb(v)}" for k, v in parts.items() if v)
                 lines.append(f"- {phase}: {_gb(sum(parts.values()))} ({shown})")
+        if j.checkpoint:
+            shown = ", ".join(f"{k} {_gb(v)}" for k, v in j.checkpoint.items() if v)
+            lines.append(f"- one checkpoint on disk: {_gb(sum(j.checkpoint.values()))} ({shown})")
     if plan.errors:
         lines += ["", "Does not fit:", *[f"- {e}" for e in plan.errors]]
     return "\n".join(lines) + "\n"

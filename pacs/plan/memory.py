@@ -47,6 +47,11 @@ def dims(shape) -> dict:
             "kv_bytes_per_token_fp": 2 * shape.num_hidden_layers * kv}  # fmt: skip
 
 
+def critic_params(d: dict, shape) -> int:
+    """A critic's parameters: the policy's, its untied LM head replaced by a one-output value head."""
+    return d["params"] - (d["vocab"] * d["h"] if not shape.tie_word_embeddings else 0) + d["h"] + 1
+
+
 def layer_activation_bytes(d: dict, b: int) -> int:
     """Bytes autograd saves per token in one decoder layer computing in a ``b``-byte dtype."""
     saved = b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 4 * d["i"]) + 4 * (2 * d["h"] + d["heads"] + 2)
@@ -92,8 +97,7 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     bc = DTYPE_BYTES[t["compute_dtype"] or run["model"]["dtype"]]
     fsdp = t["strategy"] == "fsdp" and (world > 1 or bc != bm)  # one rank shards only to compute in bf16
     shard = world if fsdp else 1
-    critic_params = d["params"] - (d["vocab"] * d["h"] if not shape.tie_word_embeddings else 0) + d["h"] + 1
-    trained = d["params"] + (critic_params if has_critic else 0)
+    trained = d["params"] + (critic_params(d, shape) if has_critic else 0)
     tokens, response = micro_batch_tokens(run)
     acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"])
     update = {

@@ -4,6 +4,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -21,7 +23,9 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     max_tokens: int = 4096  # new tokens per completion
-    seed: int | None = None  # makes sampling reproducible for a given engine, model and prompt batch
+    # sample j of prompt i draws with seed + i·n + j (sample_seeds): reproducible for a given engine, model and
+    # prompts; calls whose seed blocks do not overlap (rollout_seed, eval_seed) share no seed
+    seed: int | None = None
     logprobs: bool = False  # return each sampled token's log-prob (Completion.logprobs) where the engine can
 
     def __post_init__(self):
@@ -46,6 +50,9 @@ class Completion:
 
 
 class RolloutEngine(Protocol):
+    # the dtype the engine holds pushed weights in; None for an engine that samples from the trainer's model
+    pushed_dtype: str | None
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt (token ids, chat template applied), ``params.n`` completions."""
         ...
@@ -53,6 +60,11 @@ class RolloutEngine(Protocol):
     def update_weights(self, weights: Iterable[tuple[str, "Tensor"]]) -> None:
         """Sample from these weights from now on: full (unsharded) tensors under the HF checkpoint's names.
         An engine that shares its model with the trainer has nothing to do."""
+        ...
+
+    def weight_fingerprints(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, int | None]:
+        """``pacs.rollout.fingerprint`` of each weight the engine samples with, by checkpoint name (None: held in a
+        layout that cannot be read back); ``shapes`` are the pushed tensors'. Only where ``pushed_dtype`` is set."""
         ...
 
     def release_memory(self) -> None:
@@ -73,7 +85,43 @@ def stop_token_ids(generation_config, tokenizer) -> list[int]:
 
 
 def derived_seed(*keys: int) -> int:
-    """A 32-bit seed for one (seed, step, rank, ...) combination; unrelated for neighbouring keys."""
-    import numpy as np
-
+    """A 32-bit seed for one (seed, rank, ...) combination; unrelated for neighbouring keys."""
     return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
+# Sampling seeds. A generate call with seed s gives sample j of prompt i the seed s + i·n + j (vLLM: request i
+# gets s + i·n and its j-th child s + i·n + j, ``vllm/v1/engine/parallel_sampling.py``), so one call's seeds are
+# the block [s, s + prompts·n). Each call of a run gets a block of its own: the block number packs the call's
+# key exactly (a training step and rank, or an evaluation chunk), shifted by a hash of the run's seed, so that
+# no two samples of a run share a seed and different run seeds draw different samples. Seeds stay below
+# 2^62: vLLM keeps them in int64 (Model Runner V2 hashes them with the position into its Gumbel noise).
+CALL_BITS = 24  # samples one call may draw (prompts × n): 16.7 M
+STEP_BITS, RANK_BITS = 24, 13  # training: 16.7 M steps, 8,192 ranks
+BLOCK_BITS = 1 + STEP_BITS + RANK_BITS  # a bit for training / evaluation, then the key's fields
+CHUNK_BITS = BLOCK_BITS - 1  # evaluation chunks
+
+
+def _block_seed(seed: int, block: int) -> int:
+    shift = int(np.random.SeedSequence([seed, 0x5EED]).generate_state(1, np.uint64)[0])
+    return ((block + shift) % (1 << BLOCK_BITS)) << CALL_BITS
+
+
+def rollout_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of training step ``step``'s generate call on ``rank`` (one call per rank and step)."""
+    if not (0 <= step < 1 << STEP_BITS and 0 <= rank < 1 << RANK_BITS):
+        raise ValueError(f"sampling seeds: step {step} or rank {rank} out of range")
+    return _block_seed(seed, (step << RANK_BITS) | rank)
+
+
+def eval_seed(seed: int, chunk: int) -> int:
+    """The seed of evaluation chunk ``chunk``'s generate call."""
+    if not 0 <= chunk < 1 << CHUNK_BITS:
+        raise ValueError(f"sampling seeds: chunk {chunk} out of range")
+    return _block_seed(seed, (1 << CHUNK_BITS) | chunk)
+
+
+def sample_seeds(seed: int, prompts: int, n: int) -> list[int]:
+    """Each request's seed in a call: prompt i's is seed + i·n (its samples, seed + i·n + j)."""
+    if prompts * n > 1 << CALL_BITS:
+        raise ValueError(f"sampling seeds: one call draws at most {1 << CALL_BITS} samples, not {prompts} × {n}")
+    return [seed + i * n for i in range(prompts)]

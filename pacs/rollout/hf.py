@@ -1,5 +1,7 @@
 """The transformers ``generate`` engine: CPU or GPU, colocated with the policy it samples from."""
 
+from collections.abc import Callable
+
 import torch
 from transformers import GenerationConfig
 
@@ -13,7 +15,13 @@ class HFEngine:
     config (top_k 50, repetition penalties...) is ignored: only ``SamplingParams`` apply, as in verl.
     """
 
-    def __init__(self, model, tokenizer, stop_token_ids: list[int], prompt_batch_size: int = 64):
+    pushed_dtype = None  # nothing is pushed: the engine samples from the trainer's own model object
+
+    def __init__(self, model, tokenizer, stop_token_ids: list[int], prompt_batch_size: int = 64,
+                 generate: Callable | None = None):  # fmt: skip
+        """``generate``: what to call instead of ``model.generate`` (same arguments): the trainer's, for a model
+        whose parameters a wrapper gathers around its own forward (FSDP2)."""
+        self.generate_fn = generate or model.generate
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -45,8 +53,9 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         out: list[list[Completion]] = []
-        # fork_rng: a seeded call leaves the caller's global RNG as it was
-        with torch.random.fork_rng(devices=[]):
+        # fork_rng: a seeded call leaves the caller's global RNGs (CPU, and the CUDA device it samples on) as they were
+        cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             for start in range(0, len(prompts), self.prompt_batch_size):
@@ -55,7 +64,7 @@ class HFEngine:
                 input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + list(p) for p in chunk])
                 attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
                 device = next(self.model.parameters()).device
-                sequences = self.model.generate(
+                sequences = self.generate_fn(
                     input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
                 )
                 new = sequences[:, width:].tolist()
@@ -66,6 +75,10 @@ class HFEngine:
 
     def update_weights(self, weights) -> None:
         """Nothing to push: the engine samples from the trainer's own model object."""
+
+    def weight_fingerprints(self, shapes) -> dict:
+        """Nothing was pushed, so nothing to check."""
+        return {}
 
     def release_memory(self) -> None:
         """Nothing to free: generation holds no memory between calls."""

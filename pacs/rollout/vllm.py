@@ -13,24 +13,36 @@ Every vLLM detail of the project lives in this file.
   (``logprobs_mode="processed_logprobs"``): the distribution it was drawn from. The trainer's is
   ``log_softmax(logits / temperature)``, the same distribution when top_p is 1 (top-p renormalises
   inside the nucleus, so with top_p < 1 vLLM's is higher by -log(nucleus mass)).
-- **Seeds.** On CPU, vLLM cannot seed a single request ("CPU Generator does not use offset"), so there
-  only the engine is seeded (``LLM(seed=...)``) and a request's samples depend on what the engine
-  generated before; on GPU each request gets its own seed, so a resumed evaluation samples exactly what
-  an uninterrupted one would.
+- **Seeds.** On GPU, prompt i of a call gets the request seed ``seed + i·n`` and vLLM gives its j-th sample
+  ``seed + i·n + j`` (``pacs.rollout.base.sample_seeds``): no two samples of a call share a seed, and the
+  callers give every call a block of seeds of its own. On CPU, vLLM cannot seed a single request ("CPU
+  Generator does not use offset"), so there the call's seed seeds the process's torch RNG, which the
+  in-process engine samples from.
+- **Release.** pacs calls ``collective_rpc("reload_weights", weights_iterator=...)``, which older releases
+  lack (their ``reload_weights`` re-reads the files on disk); an engine refuses to start on an installed
+  vLLM older than ``VLLM_RELEASE``, the release the tests run (and the ``gpu`` / ``cpu`` extras pin).
+- **Push check.** ``weight_fingerprints`` reads, through ``collective_rpc``, the fingerprint
+  (``pacs.rollout.fingerprint``) of every weight the engine holds under the checkpoint's names: vLLM's fused
+  ``qkv_proj`` and ``gate_up_proj`` are split back into q, k, v and gate, up by the layer's ``output_sizes``,
+  a vocabulary padded to a multiple of 64 is cut back; on CPU the linear layers' weights are repacked into
+  the kernels' own layout (an empty parameter is left), so only the other tensors can be read there.
 - **Memory on CPU.** vLLM reads ``gpu_memory_utilization`` as a fraction of the machine's RAM and refuses
   to start when that much is not free. On CPU the KV cache is therefore always given explicitly: the
   ``kv_cache_gib`` option, or what ``max_sequences`` sequences of ``max_model_len`` tokens need.
 """
 
 import os
+import re
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from pacs.rollout.base import Completion, SamplingParams
+from pacs.rollout.base import Completion, SamplingParams, sample_seeds
+from pacs.rollout.fingerprint import fingerprint
 
 MAX_NUM_SEQS_CPU = 256  # vLLM's default for one CPU engine
+VLLM_RELEASE = "0.32.0"  # the release the tests run; older ones lack reload_weights(weights_iterator=...)
 
 
 def vllm_available() -> bool:
@@ -56,6 +68,20 @@ class VLLMRolloutOptions(VLLMOptions):
     sleep_level: Literal[0, 1, 2] = 2  # GPU: free the engine's memory while the trainer updates (1: weights
     # to CPU RAM, KV cache dropped; 2: both dropped; 0: keep); the weights are pushed again on wake,
     # whatever the level. No effect on CPU, where vLLM cannot sleep.
+
+
+def release_tuple(version: str) -> tuple[int, ...]:
+    """``"0.32.1.dev3+gabc"`` -> (0, 32, 1): the release's numbers, pre- and post-release tags dropped."""
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0].split("rc")[0].split(".dev")[0])[:3])
+
+
+def check_vllm_release(installed: str) -> None:
+    """Fail before any model is loaded when the installed vLLM is older than the one pacs is tested with."""
+    if release_tuple(installed) < release_tuple(VLLM_RELEASE):
+        raise RuntimeError(
+            f"vLLM {installed} is installed; pacs needs vLLM >= {VLLM_RELEASE} (the release it is tested with, for "
+            "reload_weights with weights_iterator): pip install -e '.[gpu]' (or '.[cpu]' on a CPU machine)"
+        )
 
 
 def kv_cache_bytes(model_config, dtype: str, max_model_len: int, sequences: int) -> int:
@@ -97,7 +123,10 @@ class VLLMEngine:
         if in_process:  # read when the engine is built: the engine core runs in this process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import torch.distributed as dist
+        import vllm
         from transformers import AutoConfig
+
+        check_vllm_release(vllm.__version__)
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -134,6 +163,7 @@ class VLLMEngine:
             )
         self.stop_token_ids = list(stop_token_ids)
         self.per_request_seed = not self.on_cpu
+        self.pushed_dtype = dtype if in_process else None  # what pushed weights become in the engine
 
     def _sampling_params(self, params: SamplingParams, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
@@ -156,7 +186,8 @@ class VLLMEngine:
         if self.asleep:
             raise RuntimeError("the vLLM engine is asleep: push the weights (update_weights) before generating")
         if self.per_request_seed and params.seed is not None:
-            sampling = [self._sampling_params(params, params.seed + i) for i in range(len(prompts))]
+            seeds = sample_seeds(params.seed, len(prompts), params.n)
+            sampling = [self._sampling_params(params, seed) for seed in seeds]
         else:
             sampling = self._sampling_params(params, None)
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
@@ -185,6 +216,13 @@ class VLLMEngine:
             self.asleep = False
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
 
+    def weight_fingerprints(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, int | None]:
+        """The fingerprint of every weight the engine holds, by checkpoint name (``shapes``: the pushed
+        tensors' shapes, which name them); None for a weight it holds in a layout that cannot be read back (a
+        CPU kernel's repacked linear weight). A weight named nowhere in ``shapes`` is returned all the same."""
+        (held,) = self.llm.collective_rpc(_held_fingerprints, args=(shapes,))
+        return held
+
     def release_memory(self) -> None:
         if self.sleep_level > 0 and not self.asleep:
             self.llm.sleep(level=self.sleep_level)
@@ -195,18 +233,44 @@ class VLLMEngine:
         self.llm.llm_engine.engine_core.shutdown()
 
 
+def _held_fingerprints(worker, shapes: dict) -> dict[str, int | None]:
+    """Runs in the engine's worker (``collective_rpc``): its model's weights under the checkpoint's names."""
+    model = worker.model_runner.get_model()
+    packed = getattr(model, "packed_modules_mapping", {})
+    held: dict[str, int | None] = {}
+    for name, param in model.named_parameters():
+        module_name, _, kind = name.rpartition(".")
+        fused = module_name.rpartition(".")[2]
+        if fused in packed:  # one vLLM tensor, several checkpoint tensors stacked along the output dimension
+            sizes = list(model.get_submodule(module_name).output_sizes)
+            names = [f"{module_name.rpartition('.')[0]}.{part}.{kind}" for part in packed[fused]]
+            parts = param.split(sizes) if param.numel() and param.shape[0] == sum(sizes) else [None] * len(names)
+        else:
+            names, parts = [name], [param]
+        for part_name, part in zip(names, parts, strict=True):
+            want = shapes.get(part_name)
+            if part is not None and part.numel() and want and part.dim() == len(want) and part.shape[0] > want[0]:
+                part = part[: want[0]]  # vLLM pads the vocabulary dimension
+            held[part_name] = fingerprint(part) if part is not None and part.numel() else None
+    return held
+
+
 @contextmanager
 def torch_rng_kept():
-    """Restore torch's, numpy's and Python's global RNG states on exit."""
+    """Restore torch's (CPU and every CUDA device's), numpy's and Python's global RNG states on exit."""
     import random
 
     import numpy as np
     import torch
 
-    state = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    cuda = torch.cuda.is_available()
+    state = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
+             torch.cuda.get_rng_state_all() if cuda else None)  # fmt: skip
     try:
         yield
     finally:
         torch.set_rng_state(state[0])
         np.random.set_state(state[1])
         random.setstate(state[2])
+        if cuda:
+            torch.cuda.set_rng_state_all(state[3])

@@ -1,15 +1,19 @@
 """Checkpoints that are complete or absent, and the resume that makes a killed run end bitwise as if never killed.
 
 ``DIR/checkpoints/step_000020/`` holds the policy consolidated in HF format (safetensors, config,
-tokenizer, generation config, as transformers saves them: vLLM and transformers load it as it is),
-``critic/`` for PPO, ``reference/`` once a reference reset has made the reference a snapshot of the
-policy, ``optimizer/`` (the optimizers' states, written by ``torch.distributed.checkpoint``: each rank
-writes its own shards, so no rank ever holds the whole state), ``trainer_state.pt`` (step, counters,
-the step of the last reference reset) and ``rng_rank{r}.pt`` per rank. It is written under a ``.tmp``
-name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
-which resume deletes.
+tokenizer, generation config, as transformers saves them: vLLM and transformers load it as it is) in the
+run's compute dtype (``trainer.compute_dtype``, else ``model.dtype``: what the trainer and the rollout
+engine compute in, and what evaluation runs), ``critic/`` for PPO (in ``model.dtype``: only a resume reads
+it), ``reference/`` once a reference reset has made the reference a snapshot of the policy (in the compute
+dtype, the only precision it is used in), ``resume/`` (what only a resume reads, written by
+``torch.distributed.checkpoint``, each rank its own shards so that no rank ever holds the whole: the
+optimizers' states and, where the HF weights are in a lower dtype than ``model.dtype``, the policy's master
+weights), ``trainer_state.pt`` (step, counters, the step of the last reference reset) and ``rng_rank{r}.pt``
+per rank. It is written under a ``.tmp`` name and renamed when every file is on disk, so a crash mid-write
+leaves only a ``.tmp`` directory, which resume deletes.
 """
 
+import json
 import os
 import random
 import re
@@ -51,33 +55,73 @@ def staging_dir(root: Path, step: int) -> Path:
     return Path(root) / f".{checkpoint_dir(root, step).name}.tmp"
 
 
-def save_models(staging: Path, policy, tokenizer, critic, full: dict, reference=None) -> None:
+def save_hf(model, directory: Path, state_dict: dict, dtype: str | None = None) -> None:
+    """``model`` in HF format from its full tensors, cast to ``dtype`` (its config says so) or as they are. A
+    tied weight is written once, under the name its parameter has (the embedding's)."""
+    state_dict = _own_weights(model, state_dict)
+    if dtype is not None:
+        cast = getattr(torch, dtype)
+        state_dict = {k: v.to(cast) if v.is_floating_point() else v for k, v in state_dict.items()}
+    model.save_pretrained(directory, state_dict=state_dict, safe_serialization=True)
+    if dtype is not None:  # transformers writes the dtype of the live (master) parameters
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**config, "dtype": dtype}, indent=2, sort_keys=True) + "\n")
+
+
+def save_models(staging: Path, policy, tokenizer, critic, full: dict, dtype: str, reference=None) -> None:
     """``full["policy"]`` (and ``full["critic"]``, ``full["reference"]``): every full tensor by name, gathered
-    from the shards. The reference is saved once a reset has made it a snapshot of the policy."""
-    policy.save_pretrained(staging, state_dict=full["policy"], safe_serialization=True)
+    from the shards. The policy and the reference are written in ``dtype`` (the run's compute dtype), the critic
+    as it is. The reference is saved once a reset has made it a snapshot of the policy."""
+    save_hf(policy, staging, full["policy"], dtype)
     tokenizer.save_pretrained(staging)
     if critic is not None:
-        critic.save_pretrained(staging / "critic", state_dict=full["critic"], safe_serialization=True)
+        save_hf(critic, staging / "critic", full["critic"])
     if reference is not None:
-        reference.save_pretrained(staging / "reference", state_dict=full["reference"], safe_serialization=True)
+        save_hf(reference, staging / "reference", full["reference"], dtype)
 
 
-def save_optimizers(staging: Path, pairs: dict) -> None:
-    """``pairs``: name -> (module, optimizer). A collective: every rank writes its shards into ``optimizer/``."""
+def save_resume_state(staging: Path, optimizers: dict, masters: dict) -> None:
+    """``optimizers``: name -> (module, optimizer); ``masters``: name -> module whose parameters the HF weights
+    do not hold exactly. A collective: every rank writes its shards into ``resume/``."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-    dcp.save({k: get_optimizer_state_dict(m, o) for k, (m, o) in pairs.items()}, checkpoint_id=staging / "optimizer")
+    state = {k: get_optimizer_state_dict(m, o) for k, (m, o) in optimizers.items()}
+    state.update({k: _own_weights(m, get_model_state_dict(m)) for k, m in masters.items()})
+    dcp.save(state, checkpoint_id=staging / "resume")
 
 
-def load_optimizers(path: Path, pairs: dict) -> None:
+def load_resume_state(path: Path, optimizers: dict, masters: dict) -> None:
+    """What ``save_resume_state`` wrote, into the optimizers and the master modules."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
-    state = {k: get_optimizer_state_dict(m, o) for k, (m, o) in pairs.items()}
-    dcp.load(state, checkpoint_id=path / "optimizer")
-    for k, (m, o) in pairs.items():
+    state = {k: get_optimizer_state_dict(m, o) for k, (m, o) in optimizers.items()}
+    state.update({k: _own_weights(m, get_model_state_dict(m)) for k, m in masters.items()})
+    dcp.load(state, checkpoint_id=path / "resume")
+    for k, (m, o) in optimizers.items():
         set_optimizer_state_dict(m, o, state[k])
+    for k, m in masters.items():
+        missing = set_model_state_dict(m, state[k], options=StateDictOptions(strict=False)).missing_keys
+        if set(missing) - _tied_names(m):
+            raise RuntimeError(f"{path / 'resume'}: no master weights for {sorted(set(missing) - _tied_names(m))}")
+
+
+def _tied_names(module) -> set[str]:
+    """State-dict names that are another name's parameter (a tied LM head)."""
+    return set(module.state_dict()) - {n for n, _ in module.named_parameters()} - {n for n, _ in module.named_buffers()}
+
+
+def _own_weights(module, state: dict) -> dict:
+    """``state`` without the names of tied weights: each tensor once."""
+    tied = _tied_names(module)
+    return {k: v for k, v in state.items() if k not in tied}
 
 
 def rng_state() -> dict:
@@ -119,10 +163,11 @@ def publish(staging: Path, root: Path, step: int, keep_last: int | None) -> Path
     return final
 
 
-def load_trainer_state(path: Path, rank: int, optimizers: dict) -> tuple[dict, dict | None]:
-    """Loads the optimizers' states into ``optimizers`` (name -> (module, optimizer)); returns the counters
-    and this rank's RNG state (None if the checkpoint came from fewer ranks)."""
-    load_optimizers(path, optimizers)
+def load_trainer_state(path: Path, rank: int, optimizers: dict, masters: dict) -> tuple[dict, dict | None]:
+    """Loads the optimizers' states into ``optimizers`` (name -> (module, optimizer)) and the master weights
+    into ``masters`` (name -> module); returns the counters and this rank's RNG state (None if the checkpoint
+    came from fewer ranks)."""
+    load_resume_state(path, optimizers, masters)
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     rng = path / f"rng_rank{rank}.pt"
     return state, (torch.load(rng, weights_only=False) if rng.exists() else None)

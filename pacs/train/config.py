@@ -48,8 +48,8 @@ class RolloutConfig:
     prompt_batch_size: int = 64  # hf: prompts per generate call (vllm takes a rank's prompts at once)
     vllm: VLLMRolloutOptions = field(default_factory=VLLMRolloutOptions)  # engine options (config/README.md)
     # stop when the mean |engine log-prob - trainer log-prob| over a step's response tokens exceeds this
-    # (stale or corrupted rollout weights); null: never. Unset: by model.dtype (DEFAULT_LOGPROB_GAP).
-    # vllm only: hf samples from the policy itself
+    # (gross mismatch: another model, a dtype bug); null: never. Unset: by the compute dtype
+    # (DEFAULT_LOGPROB_GAP). vllm only: hf samples from the policy itself
     max_logprob_gap: float | None = 1e-3
 
     def __post_init__(self):
@@ -161,10 +161,19 @@ class RunConfig:
 
 
 DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
-# Measured with the tiny model on CPU, engine and trainer in the same dtype: float32 per-step gaps of at
-# most 3e-7 (mean) and 1.5e-5 (max) over 320 steps, bfloat16 0.004-0.006 (max 0.28); one update not
-# pushed (lr 1e-4) gave 0.04. config/README.md says why bfloat16's is higher.
-DEFAULT_LOGPROB_GAP = {"float32": 1e-3, "bfloat16": 0.05}
+# A check for gross mismatch (another model, a dtype or template bug); a stale or partial push is caught
+# exactly by the push's fingerprint check. float32: the tiny model on CPU, engine and trainer in the same
+# dtype, gives per-step mean gaps of at most 3e-7 over 320 steps. bfloat16: published engine-trainer gaps are
+# an RMS of 0.022 nats per token (Qwen2.5-7B), a spread of 0.05 with p95 0.11 and max 0.48 (Qwen2.5-0.5B),
+# means of 0.011 to 0.036 (Qwen3-4B), growing over training and with length: 0.25 is 5 times the largest
+# published spread (config/README.md cites them).
+DEFAULT_LOGPROB_GAP = {"float32": 1e-3, "bfloat16": 0.25}
+
+
+def compute_dtype(config: RunConfig) -> str:
+    """The dtype the policy computes in: what the rollout engine samples in, checkpoints are written in and
+    evaluations run in (fp32 master weights stay in ``model.dtype``)."""
+    return config.trainer.compute_dtype or config.model.dtype
 
 
 def objective_config(config: RunConfig):
@@ -190,6 +199,10 @@ def resolve(data: dict) -> RunConfig:
     data["rollout"] = rollout
     config = from_dict(RunConfig, data)
     options = objective_config(config)
+    if "sampler_logprobs" in get_objective(name).needs(options) and config.rollout.engine != "vllm":
+        raise ConfigError(f"algorithm.options.tis_cap: rollout correction weighs by the engine's log-probs of its "
+                          f"samples, which rollout.engine {config.rollout.engine} does not report (hf samples from "
+                          "the policy itself: there is no mismatch to correct); use rollout.engine vllm")  # fmt: skip
     if config.trainer.reference_reset_every and "ref_logprobs" not in get_objective(name).needs(options):
         raise ConfigError(f"trainer.reference_reset_every: {name} with these algorithm.options has no reference to "
                           "reset (PACS: reward_proxy reference; PPO, GRPO: a KL coefficient)")  # fmt: skip

@@ -2,8 +2,9 @@
 
 ``trainer.strategy`` picks how a model is spread over ranks: ``ddp`` replicates it (weights, gradients
 and optimizer state on every rank); ``fsdp`` shards all three with FSDP2 (``fully_shard`` per decoder
-layer, then the root), optionally computing in bfloat16 over fp32 master weights. With one process
-nothing here touches torch.distributed, so ``pacs train`` runs without torchrun.
+layer, then the root), optionally computing in bfloat16 over fp32 master weights. One process with ``ddp``
+touches nothing of torch.distributed, so ``pacs train`` runs without torchrun; one process with ``fsdp``
+joins a process group of its own, so that it computes in ``trainer.compute_dtype`` as many ranks would.
 """
 
 from contextlib import nullcontext
@@ -31,16 +32,17 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(rank: int, world_size: int, local_rank: int = 0) -> DistEnv:
-    """Join the process group torchrun set up: gloo on CPU; on GPU nccl for CUDA tensors and gloo for the
-    CPU tensors the loop reduces (counts, metrics)."""
+def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool = False) -> DistEnv:
+    """Join the process group torchrun set up (with ``fsdp`` and one process, make one of its own): gloo on
+    CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors the loop reduces (counts, metrics)."""
     device = "cpu"
     if torch.cuda.is_available():
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
+    if (world_size > 1 or fsdp) and not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if device != "cpu" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        alone = {"store": dist.HashStore()} if world_size == 1 else {}  # needs no torchrun rendezvous
+        dist.init_process_group(backend, rank=rank, world_size=world_size, **alone)
     return DistEnv(rank, world_size, device)
 
 

@@ -51,9 +51,8 @@ def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
     from pacs.train.loop import train
 
     config = load_run_config(config_path)
-    env = init_distributed(
-        int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-    )
+    env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                           int(os.environ.get("LOCAL_RANK", 0)), fsdp=config.trainer.strategy == "fsdp")  # fmt: skip
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)
@@ -62,7 +61,7 @@ def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
     finally:
         if wandb_run is not None:
             wandb_run.finish()
-        if env.active and dist.is_initialized():  # a vLLM engine's shutdown may have destroyed it already
+        if dist.is_initialized():  # a vLLM engine's shutdown may have destroyed it already
             dist.destroy_process_group()
     if summary["status"] == "complete":
         print(f"{out}: already complete at step {summary['final_step']}; nothing to do")

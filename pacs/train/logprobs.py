@@ -156,10 +156,15 @@ class PolicyScorer(torch.nn.Module):
                 if hasattr(layer, "_can_checkpoint_with_cache"):
                     layer._can_checkpoint_with_cache = True
 
-    def forward(self, input_ids, attention_mask, position_ids, response_mask, temperature: float = 1.0,
-                entropy: str | None = None, group_size: int = 1) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_mask=None,
+                temperature: float = 1.0, entropy: str | None = None, group_size: int = 1,
+                generate: dict | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """``entropy``: None, "no_grad" (for logging) or "grad" (an entropy loss term). ``group_size``: rows
-        come in groups of this many with one prompt (shared when ``share_prompt``)."""
+        come in groups of this many with one prompt (shared when ``share_prompt``). ``generate``: instead, the
+        model's ``generate(**generate)``, inside this module's forward so that FSDP2 gathers the parameters
+        around it as it does around scoring."""
+        if generate is not None:
+            return self.model.generate(**generate)
         width_t = response_mask.shape[1]
         targets = input_ids[:, -width_t:]
         decoder, head = self.model.base_model, self.model.get_output_embeddings()

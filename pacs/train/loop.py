@@ -18,35 +18,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
-from pacs.train.config import RunConfig, TrainerConfig, objective_config
+from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import (
     DistEnv,
     all_gather_rows,
     all_reduce,
     barrier,
-    full_tensors,
     no_sync,
     total_norm,
-    wrap,
 )
-from pacs.train.logprobs import PolicyScorer
+from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
-from pacs.train.rollouts import (
-    build_engine,
-    check_logprob_gap,
-    logprob_gap,
-    policy_weights,
-    rollout,
-    take_rewards,
-)
+from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
 from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
@@ -71,10 +62,10 @@ def check_sizes(config: RunConfig, env: DistEnv) -> None:
     if env.active and t.strategy == "fsdp" and config.rollout.engine == "hf":
         raise ValueError("rollout.engine hf samples from the policy object itself, which trainer.strategy fsdp "
                          "shards over ranks: use rollout.engine vllm, or trainer.strategy ddp")  # fmt: skip
-    if not env.active and t.compute_dtype not in (None, config.model.dtype):
-        raise ValueError(f"trainer.compute_dtype {t.compute_dtype} applies to fsdp over several ranks; one process "
-                         f"computes in model.dtype ({config.model.dtype}): set trainer.compute_dtype null, or "
-                         "train on several ranks (pacs train --nproc-per-node N)")  # fmt: skip
+    if not (env.active or dist.is_initialized()) and t.compute_dtype not in (None, config.model.dtype):
+        raise ValueError(f"trainer.compute_dtype {t.compute_dtype} applies to fsdp in a process group, which pacs "
+                         f"train makes (of one process, where there is one); without one the run would compute in "
+                         f"model.dtype ({config.model.dtype})")  # fmt: skip
     if t.batch_size % env.world_size or (t.mini_batch_size // env.world_size) % t.micro_batch_size:
         raise ValueError(
             f"with {env.world_size} rank(s), trainer.batch_size ({t.batch_size}) and trainer.mini_batch_size "
@@ -192,116 +183,6 @@ def update(
     return out
 
 
-def _adamw(params, lr: float, optim) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
-
-
-@dataclass
-class Models:
-    """What a run trains and samples from. ``policy`` is the HF model (its parameters sharded under fsdp);
-    ``policy_module`` the ``PolicyScorer`` around it and ``critic_module`` the critic, as DDP or FSDP spread
-    them; ``reference`` a scorer, sharded under fsdp."""
-
-    tokenizer: object
-    policy: torch.nn.Module
-    policy_module: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    reference: torch.nn.Module | None = None
-    critic: torch.nn.Module | None = None
-    critic_module: torch.nn.Module | None = None
-    critic_optimizer: torch.optim.Optimizer | None = None
-    skipped_steps: int = 0
-    reference_step: int = 0  # the step whose policy the reference is (0: the starting model)
-
-
-def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
-    """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with activation
-    checkpointing when it is trained and ``trainer.gradient_checkpointing`` is on; a model that is not
-    trained is left unwrapped where nothing needs synchronising (one rank, or ddp)."""
-    if trainer.gradient_checkpointing and trained:
-        hf = model.model if isinstance(model, PolicyScorer) else model
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
-    if not trained and (trainer.strategy == "ddp" or not env.active):
-        return model.to(env.device)
-    compute = getattr(torch, trainer.compute_dtype) if trainer.compute_dtype else None
-    return wrap(model, env, trainer.strategy, compute)
-
-
-def load_models(config: RunConfig, objective: Objective, needs: frozenset, resume: Path | None, env: DistEnv) -> Models:
-    """The policy (and critic) from the latest checkpoint when resuming, else from ``model``; the reference
-    is the starting model, or the policy of the last reset that the checkpoint saved (``reference/``)."""
-    torch.manual_seed(config.trainer.seed)  # the critic's new value head
-    t, dtype = config.trainer, getattr(torch, config.model.dtype)
-    policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
-    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size, t.share_prompt), t, env)
-    models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
-                    _adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
-    if "ref_logprobs" in needs:
-        snapshot = resume / "reference" if resume else None
-        start = snapshot if snapshot and snapshot.is_dir() else config.model.path
-        reference = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
-        reference.eval().requires_grad_(False)
-        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size, t.share_prompt), t, env, trained=False)
-    if objective.value_loss is not None:
-        path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
-        critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
-        models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
-        models.critic_module = spread(models.critic, t, env)
-        models.critic_optimizer = _adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
-    if resume:
-        state, rng = ckpt.load_trainer_state(resume, env.rank, optimizer_modules(models))
-        models.skipped_steps, models.reference_step = state["skipped_steps"], state.get("reference_step", 0)
-        if rng is not None:
-            ckpt.set_rng_state(rng)
-    return models
-
-
-def optimizer_modules(models: Models) -> dict:
-    """The optimizers by checkpoint name, each with the module whose parameters it steps."""
-    pairs = {"optimizer": (models.policy_module, models.optimizer)}
-    if models.critic_optimizer is not None:
-        pairs["critic_optimizer"] = (models.critic_module, models.critic_optimizer)
-    return pairs
-
-
-def save_checkpoint(root: Path, step: int, models: Models, keep_last: int | None, env: DistEnv) -> None:
-    """The models consolidated in HF format by rank 0, the optimizers sharded by every rank (DCP)."""
-    staging = ckpt.staging_dir(root, step)
-    if env.main:
-        ckpt.remove_partial(root)
-        staging.mkdir(parents=True)
-    barrier(env)
-    full = {}
-    reference = models.reference.model if models.reference is not None and models.reference_step else None
-    for name, model in (("policy", models.policy), ("critic", models.critic), ("reference", reference)):
-        if model is not None:  # gathering is a collective under fsdp; only rank 0 keeps the tensors
-            full[name] = {k: v.cpu() for k, v in full_tensors(model) if env.main}
-    if env.main:
-        ckpt.save_models(staging, models.policy, models.tokenizer, models.critic, full, reference)
-        ckpt.save_counters(staging, {"step": step, "skipped_steps": models.skipped_steps,
-                                     "reference_step": models.reference_step})  # fmt: skip
-    del full
-    ckpt.save_optimizers(staging, optimizer_modules(models))
-    ckpt.save_rank_state(staging, env.rank)
-    barrier(env)
-    if env.main:
-        ckpt.publish(staging, root, step, keep_last)
-    barrier(env)
-
-
-@torch.no_grad()
-def reset_reference(step: int, config: RunConfig, models: Models) -> None:
-    """The reference becomes the policy as it is now (shard for shard under fsdp) and the actor's AdamW
-    state starts afresh: PACS v2's periodic hard reset (``trainer.reference_reset_every``)."""
-    reference, policy = models.reference.model.named_parameters(), models.policy.named_parameters()
-    for (name, r), (other, p) in zip(reference, policy, strict=True):
-        assert name == other, f"reference {name} against policy {other}"
-        r.copy_(p)
-    models.optimizer = _adamw(models.policy_module.parameters(), config.optim.lr, config.optim)
-    models.reference_step = step
-
-
 def fresh_rows(config: RunConfig, env: DistEnv) -> int:
     """How many of this rank's first rows the actor update scores with the weights that sampled them: the
     first mini-batch, when there is one epoch (a second would revisit those rows after the weights moved).
@@ -391,7 +272,7 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
                env: DistEnv) -> dict:  # fmt: skip
     """One step: sample; while the verifier scores, old log-probs (of rows the update does not score
     on-policy), reference log-probs and values; then rewards and prepare, critic and actor updates, the
-    stale-weight guard, and the new weights into the engine."""
+    log-prob gap's guard, and the new weights into the engine, checked there tensor by tensor."""
     timer = {"start": time.perf_counter()}
     pad = models.tokenizer.pad_token_id or 0
     batch, completions, pending = rollout(step, config, engine, prompts, pool, pad, env, timer, scorer)
@@ -405,10 +286,10 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     timer["update"] = time.perf_counter()
     # the old log-probs of the first mini-batch came from the update itself: the guard runs after it, before
     # the weights reach the engine or a checkpoint, so a stopped run resumes from weights it can trust
-    gap = logprob_gap(batch, completions, env)
+    gap = logprob_gap(batch, env)
     check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
     record.update(gap)
-    engine.update_weights(policy_weights(models.policy))  # a collective under fsdp
+    record.update(push_weights(step + 1, engine, models.policy))  # a collective under fsdp; then checked
     timer["weight_push"] = time.perf_counter()
 
     record.update(rollout_stats(batch, completions, verdicts, config.rollout.n, env))
@@ -453,7 +334,8 @@ def train(
         heldout = load_prompts(data.heldout_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
     start_weights = latest[1] if latest else config.model.path
     heldout_size = len(heldout.token_ids) if heldout else 0
-    engine = build_engine(config, models.policy, models.tokenizer, start_weights, heldout_size, env)
+    engine = build_engine(config, models.policy, models.tokenizer, start_weights, heldout_size, env,
+                          models.policy_module)
     metrics_path = out / "metrics.jsonl"
 
     def emit(record: dict) -> None:
@@ -490,7 +372,7 @@ def train(
                 record.update({"reference/reset": int(reset), "reference/step": models.reference_step})
             record.update(evaluate(step + 1))
             if (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps:
-                save_checkpoint(root, step + 1, models, config.checkpoint.keep_last, env)
+                save_checkpoint(root, step + 1, models, config, env)
             emit(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward/mean']:.3f}", refresh=False)

@@ -1,11 +1,13 @@
 """A training step's rollouts: the engine the trainer samples with, this rank's prompts sampled and scored,
-the weight push after each update, and the guard that stops a run sampling from stale weights.
+the weight push after each update and its check, and the guard against an engine far from the policy.
 
 The engine is one per rank for the whole run (``rollout.engine``): ``hf`` samples from the policy object
 itself; ``vllm`` is started once from the run's starting weights (or the resumed checkpoint) and gets
 the policy's full weights pushed after every update. Whichever the engine, the trainer computes the
 old log-probs itself (``pacs.train.loop``); where the engine reports its own log-probs of the sampled
-tokens, the gap between the two is logged every step and bounds ``rollout.max_logprob_gap``.
+tokens (``batch["sampler_logprobs"]``), the gap between the two is logged every step and bounds
+``rollout.max_logprob_gap``, a check for gross mismatch. Stale or partial pushes are caught exactly, at any
+learning rate, by ``push_weights``: the fingerprint of every tensor pushed against the engine's.
 """
 
 import time
@@ -19,21 +21,28 @@ import torch
 from torch import Tensor
 
 from pacs.rollout import Completion, RolloutEngine, SamplingParams
-from pacs.rollout.base import StaleRolloutError, derived_seed, stop_token_ids
+from pacs.rollout.base import StaleRolloutError, derived_seed, rollout_seed, stop_token_ids
+from pacs.rollout.fingerprint import fingerprint
 from pacs.train.batch import Batch, rollout_batch
-from pacs.train.config import RunConfig
+from pacs.train.config import RunConfig, compute_dtype
 from pacs.train.distributed import DistEnv, all_reduce, full_tensors
 
 
-def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int,
-                 env: DistEnv) -> RolloutEngine:  # fmt: skip
-    """This rank's engine; ``start`` holds the weights the policy starts from (model or checkpoint)."""
+def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int, env: DistEnv,
+                 root: torch.nn.Module | None = None) -> RolloutEngine:  # fmt: skip
+    """This rank's engine; ``start`` holds the weights the policy starts from (model or checkpoint); ``root``:
+    the module spreading the policy over ranks (``PolicyScorer``, wrapped)."""
     stops = stop_token_ids(policy.generation_config, tokenizer)
     r = config.rollout
     if r.engine == "hf":
+        from torch.distributed.fsdp import FSDPModule
+
         from pacs.rollout.hf import HFEngine
 
-        return HFEngine(policy, tokenizer, stops, r.prompt_batch_size)
+        # FSDP2 gathers the root's own parameters (embedding, final norm, head) around the root's forward only:
+        # generation goes through it (one rank: several would call generate a different number of times)
+        through_root = (lambda **kwargs: root(generate=kwargs)) if isinstance(root, FSDPModule) else None
+        return HFEngine(policy, tokenizer, stops, r.prompt_batch_size, through_root)
     from pacs.rollout.vllm import VLLMEngine
 
     options = r.vllm
@@ -42,8 +51,8 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
         options = replace(options, max_model_len=longest)
     per_rank = max(config.trainer.batch_size * r.n, heldout_prompts) // env.world_size + 1
     seed = derived_seed(config.trainer.seed, env.rank)
-    dtype = config.trainer.compute_dtype or config.model.dtype  # sample in the dtype the trainer computes in
-    return VLLMEngine(str(start), stops, seed, dtype, per_rank, options, in_process=True)
+    # sample in the dtype the trainer computes in
+    return VLLMEngine(str(start), stops, seed, compute_dtype(config), per_rank, options, in_process=True)
 
 
 def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
@@ -90,7 +99,7 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
         temperature=config.rollout.temperature,
         top_p=config.rollout.top_p,
         max_tokens=config.rollout.max_response_length,
-        seed=derived_seed(config.trainer.seed, step, env.rank),
+        seed=rollout_seed(config.trainer.seed, step, env.rank),
         logprobs=True,
     )
     completions = engine.generate(token_ids, params)
@@ -98,7 +107,11 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     engine.release_memory()
     golds, texts = [prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g]
     verdicts = scorer.submit(pool.score, golds, texts)
-    return rollout_batch(token_ids, completions, pad_token_id), completions, verdicts
+    batch = rollout_batch(token_ids, completions, pad_token_id)
+    sampled = sampled_logprobs(completions, batch["response_mask"].shape[1])
+    if sampled is not None:  # the distribution each token was drawn from: the gap, and rollout correction
+        batch["sampler_logprobs"] = sampled
+    return batch, completions, verdicts
 
 
 def take_rewards(batch: Batch, verdicts: Future) -> list:
@@ -119,14 +132,13 @@ def sampled_logprobs(completions: list[list[Completion]], width: int) -> Tensor 
     return out
 
 
-def logprob_gap(batch: Batch, completions: list[list[Completion]], env: DistEnv) -> dict:
+def logprob_gap(batch: Batch, env: DistEnv) -> dict:
     """Mean and max |engine log-prob - trainer old log-prob| over every rank's response tokens; {} for an
     engine that reports no log-probs."""
-    mask = batch["response_mask"]
-    engine_logprobs = sampled_logprobs(completions, mask.shape[1])
-    if engine_logprobs is None:
+    if "sampler_logprobs" not in batch:
         return {}
-    gap = (engine_logprobs - batch["old_logprobs"]).abs()[mask]
+    mask = batch["response_mask"]
+    gap = (batch["sampler_logprobs"] - batch["old_logprobs"]).abs()[mask]
     total, count = all_reduce(torch.stack([gap.sum().double(), torch.tensor(float(gap.numel()))]), env).tolist()
     return {
         "rollout/logprob_gap_mean": total / max(count, 1.0),
@@ -135,13 +147,53 @@ def logprob_gap(batch: Batch, completions: list[list[Completion]], env: DistEnv)
 
 
 def check_logprob_gap(step: int, gap: dict, limit: float | None) -> None:
-    """Stop before the weights are pushed or saved: a policy-gradient step on samples from other weights is
-    silently wrong."""
+    """Stop before the weights are pushed or saved: a policy-gradient step on samples from a distribution this
+    far from the policy's is silently wrong."""
     mean = gap.get("rollout/logprob_gap_mean")
     if limit is not None and mean is not None and mean > limit:
         raise StaleRolloutError(
             f"step {step}: the rollout engine's log-probs of its own samples differ from the policy's by "
             f"{mean:.4g} on average (max {gap['rollout/logprob_gap_max']:.4g}) > rollout.max_logprob_gap {limit}: "
-            "the engine is not sampling from the current weights (or top_p < 1 / a dtype mismatch; "
+            "the engine samples from another model than the one trained (or top_p < 1, a dtype mismatch; "
             "config/README.md)"
         )
+
+
+def push_weights(step: int, engine: RolloutEngine, policy: torch.nn.Module) -> dict:
+    """The policy's full weights into the engine, then the check that it holds exactly them: the fingerprint of
+    each tensor pushed (cast to the dtype the engine keeps) against the engine's own. Any tensor the engine
+    holds that differs (a push missed, partial or gone wrong, at any learning rate) stops the run, naming the
+    step and the tensors. Under fsdp every rank gathers every tensor (a collective), pushed or not."""
+    if engine.pushed_dtype is None:  # the engine samples from the policy object itself
+        return {}
+    dtype, pushed = getattr(torch, engine.pushed_dtype), {}
+
+    def weights() -> Iterator[tuple[str, Tensor]]:
+        for name, tensor in policy_weights(policy):
+            pushed[name] = (tuple(tensor.shape), fingerprint(tensor.to(dtype)))
+            yield name, tensor
+
+    stream = weights()
+    engine.update_weights(stream)
+    for _ in stream:  # what the engine did not take is fingerprinted too, and gathered on every rank
+        pass
+    held = engine.weight_fingerprints({name: shape for name, (shape, _) in pushed.items()})
+    return check_push(step, pushed, held)
+
+
+def check_push(step: int, pushed: dict[str, tuple], held: dict[str, int | None]) -> dict:
+    """``pushed``: name -> (shape, fingerprint) of what the trainer sent; ``held``: name -> the engine's
+    fingerprint (None: unreadable there). Raises ``StaleRolloutError`` naming what differs."""
+    readable = sorted(name for name, value in held.items() if value is not None)
+    unknown = [name for name in readable if name not in pushed]
+    differ = [name for name in readable if name in pushed and pushed[name][1] != held[name]]
+    if not readable:
+        raise StaleRolloutError(f"step {step}: the rollout engine holds no weight that can be read back to check the "
+                                "push")  # fmt: skip
+    if unknown or differ:
+        what = [f"{name} (never pushed)" for name in unknown] + differ
+        raise StaleRolloutError(
+            f"step {step}: after the weight push the rollout engine holds other weights than the trainer's: "
+            f"{len(what)} of {len(readable)} tensors differ: {', '.join(what[:8])}{' ...' if len(what) > 8 else ''}"
+        )
+    return {"rollout/push_checked_tensors": len(readable)}

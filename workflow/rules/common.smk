@@ -68,7 +68,7 @@ for e in EVALUATIONS:
 for (model, method), run in RUN_CONFIGS.items():
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
 for bench in BENCHMARKS:
-    settings = experiment.eval_settings(config, bench)
+    settings = experiment.eval_settings(config, bench, RUN_CONFIGS)
     write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
 MANIFEST_DATA = {
     "name": config["name"],

@@ -1,0 +1,26 @@
+"""Bytes on disk of one training checkpoint, by part, from the model's shape and the run config
+(``pacs.train.checkpoint`` says what each part is):
+
+- **policy**: the HF weights in the compute dtype (``trainer.compute_dtype``, else ``model.dtype``);
+- **critic** (PPO): its HF weights in ``model.dtype`` (the LM head replaced by a one-output value head);
+- **reference** (a reference reset: PACS v2): a snapshot of the policy in the compute dtype;
+- **resume**: AdamW's two moments of every trained model in ``model.dtype``, and the policy's master weights
+  when the HF weights are in a lower dtype than ``model.dtype``.
+
+File headers, the tokenizer and the counters (kilobytes) are not counted.
+"""
+
+from pacs.plan.memory import DTYPE_BYTES, critic_params, dims
+
+
+def checkpoint_bytes(shape, run: dict, has_critic: bool) -> dict[str, int]:
+    """``{part: bytes}`` of one checkpoint of run config ``run`` (resolved)."""
+    d = dims(shape)
+    master, compute = run["model"]["dtype"], run["trainer"]["compute_dtype"] or run["model"]["dtype"]
+    params = d["params"]
+    critic = critic_params(d, shape) if has_critic else 0
+    parts = {"policy": params * DTYPE_BYTES[compute], "critic": critic * DTYPE_BYTES[master]}
+    parts["reference"] = params * DTYPE_BYTES[compute] if run["trainer"]["reference_reset_every"] else 0
+    parts["resume"] = 2 * (params + critic) * DTYPE_BYTES[master]
+    parts["resume"] += params * DTYPE_BYTES[master] if compute != master else 0
+    return parts

@@ -1,0 +1,180 @@
+"""The GPU path as a whole, on one CUDA device: ``pytest -m gpu`` (tests/README.md: how to run it on a lent
+machine that has torch and transformers but no vLLM, hub or network). Where CUDA is absent, as in CI, every
+test skips, naming CUDA.
+
+- ``pacs train`` in one process on CUDA (transformers rollouts), killed and resumed: bitwise where an
+  uninterrupted run ends (deterministic algorithms and the math attention kernel: tests/train_deterministic.py);
+- ``pacs train`` under torchrun with one rank: NCCL, FSDP2, bf16 compute over fp32 masters, activation
+  checkpointing, a Qwen2.5-0.5B-shaped model with random weights; checkpoint, kill, resume, bitwise; its peak GPU
+  memory against ``pacs plan``'s figure for the same run;
+- ``pacs evaluate --engine hf`` on CUDA, in bf16;
+- the CUDA RNG kept around the engines (vLLM's ``set_random_seed`` reseeds every CUDA device).
+
+``PACS_GPU_SUITE_ON_CPU=1`` runs the same tests on the CPU, gloo for NCCL, with a narrow two-layer model and
+short responses in place of the 0.5B shape: a check of the suite's own mechanics on a machine without a GPU,
+never a result about GPUs (the memory comparison and the CUDA RNG test skip there).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_run_config
+from helpers import run_until_killed
+from safetensors.torch import load_file
+
+from pacs.train import checkpoint as ckpt
+
+CUDA = torch.cuda.is_available()
+ON_CPU = not CUDA and os.environ.get("PACS_GPU_SUITE_ON_CPU") == "1"
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (CUDA or ON_CPU), reason="needs CUDA: torch.cuda.is_available() is False (the GPU "
+                                                     "suite, pytest -m gpu, runs on an NVIDIA GPU)"),  # fmt: skip
+]
+TESTS = Path(__file__).parent
+# the Qwen2.5-0.5B shape on a GPU; on the CPU (mechanics only) a narrow two-layer model with its vocabulary
+SHAPE_CHANGES = {} if CUDA else {"num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
+                                 "num_attention_heads": 2, "num_key_value_heads": 1}  # fmt: skip
+RESPONSE = 256 if CUDA else 32
+DETERMINISTIC = [sys.executable, str(TESTS / "train_deterministic.py")]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+            str(TESTS / "train_deterministic.py")]  # fmt: skip
+
+
+def env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "4", "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+
+
+def read_metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.endswith("}")]
+
+
+def train(command: list[str], config: Path, out: Path) -> None:
+    done = subprocess.run([*command, "--config", str(config), "--out", str(out)], env=env(), capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def killed_and_resumed(command: list[str], config: Path, out: Path, kill_after: int) -> None:
+    """Train, SIGKILL the whole process tree once step ``kill_after`` is logged, train again to the end."""
+    metrics = out / "metrics.jsonl"
+    args = [*command, "--config", str(config), "--out", str(out)]
+    run_until_killed(args, env(), lambda: metrics.exists() and any(r["step"] >= kill_after for r in read_metrics(out)))
+    train(command, config, out)
+
+
+def assert_same_run(a: Path, b: Path, step: int) -> None:
+    """The same rewards at every step and bitwise the same final weights."""
+    assert [r.get("reward/mean") for r in read_metrics(a)] == [r.get("reward/mean") for r in read_metrics(b)]
+    final = [load_file(ckpt.checkpoint_dir(out / "checkpoints", step) / "model.safetensors") for out in (a, b)]
+    assert final[0].keys() == final[1].keys()
+    for name in final[0]:
+        assert torch.equal(final[0][name], final[1][name]), name
+
+
+@pytest.fixture(scope="module")
+def qwen_shaped(tiny_model, tmp_path_factory) -> Path:
+    """A Qwen2.5-0.5B-shaped model (24 layers, 151,936-token vocabulary) with random weights and the tiny
+    model's tokenizer: its samples are long, so every response reaches the maximum length."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from pacs.models.shapes import model_config
+
+    out = tmp_path_factory.mktemp("qwen") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(model_config("qwen2.5-0.5b", **SHAPE_CHANGES), dtype=torch.float32)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_one_process_on_cuda_killed_and_resumed_ends_where_an_uninterrupted_run_does(tiny_model, toy_data,
+                                                                                      tmp_path):  # fmt: skip
+    config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 4})
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    train(DETERMINISTIC, config, whole)
+    killed_and_resumed(DETERMINISTIC, config, killed, kill_after=3)
+    assert_same_run(whole, killed, 4)
+    assert ON_CPU or all(r["memory/peak_gpu_gb"] > 0 for r in read_metrics(whole)[1:])  # it ran on the GPU
+
+
+def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, toy_data, tmp_path):
+    """One rank under torchrun (NCCL and gloo), FSDP2 computing in bf16 over fp32 masters with activation
+    checkpointing and chunked log-probs, every response at the maximum length: checkpoints in bf16 with the
+    masters beside them, a killed run resumed to the same bits, and a peak within pacs plan's figure."""
+    from pacs.config import to_dict
+    from pacs.models.shapes import model_config
+    from pacs.plan.calibration import Calibration
+    from pacs.plan.jobs import PlanSettings, plan_training
+    from pacs.train.config import load_run_config
+
+    trainer = {"total_steps": 4, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
+               "compute_dtype": "bfloat16", "gradient_checkpointing": True, "logprob_chunk_size": 256}  # fmt: skip
+    config = write_run_config(tmp_path / "run.yaml", qwen_shaped, toy_data, trainer=trainer,
+                              rollout={"n": 4, "max_response_length": RESPONSE}, data={"max_prompt_length": 64},
+                              optim={"lr": 1e-5})  # fmt: skip
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    train(TORCHRUN, config, whole)
+    killed_and_resumed(TORCHRUN, config, killed, kill_after=3)
+    assert_same_run(whole, killed, 4)
+    last = ckpt.checkpoint_dir(whole / "checkpoints", 4)
+    assert {t.dtype for t in load_file(last / "model.safetensors").values()} == {torch.bfloat16}
+    assert (last / "resume" / ".metadata").is_file()  # the optimizer and the fp32 masters
+    records = read_metrics(whole)[1:]
+    # random weights over 151,936 tokens rarely stop (about 1 in 150,000 tokens): the longest responses
+    assert all(r["response_length/max"] == RESPONSE and r["response_length/mean"] > 0.9 * RESPONSE for r in records)
+    if ON_CPU:
+        pytest.skip("the peak GPU memory against the plan needs CUDA")
+    run = to_dict(load_run_config(config))
+    job = plan_training("train", model_config("qwen2.5-0.5b", **SHAPE_CHANGES), run, 1, PlanSettings(), Calibration())
+    measured = max(r["memory/peak_gpu_gb"] for r in records) * 1e9
+    state = sum(job.memory["update"][k] for k in ("parameters", "gradients", "optimizer"))
+    print(f"peak GPU memory: measured {measured / 1e9:.2f} GB, planned {job.peak_bytes / 1e9:.2f} GB "
+          f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in job.memory['update'].items())})")  # fmt: skip
+    assert state < measured <= job.peak_bytes
+
+
+def test_evaluate_with_transformers_on_cuda_in_bf16(tiny_model, toy_data, tmp_path):
+    from pacs.cli import main
+
+    out = tmp_path / "eval"
+    args = ["evaluate", "--model", str(tiny_model), "--data", str(toy_data / "heldout.parquet"), "--out", str(out),
+            "--engine", "hf", "--dtype", "bfloat16", "--n", "4", "--limit", "32", "--max-tokens", "16",
+            "--workers", "1"]  # fmt: skip
+    assert main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["engine"] == "hf" and metrics["dtype"] == "bfloat16" and metrics["problems"] == 32
+    assert metrics["pass_at_k"]["1"]["mean"] > 0  # the warm-started model answers some in bf16 too
+    assert metrics["throughput"]["samples_per_s"] > 0
+
+
+def test_the_cuda_rng_is_kept_around_the_engines(tiny_model):
+    """vLLM's engine reseeds every CUDA device when it starts (LLM(seed=...)), and a seeded generate call seeds
+    the device it samples on: neither may change the trainer's CUDA RNG, which a resumed run has restored."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pacs.rollout import SamplingParams
+    from pacs.rollout.hf import HFEngine
+    from pacs.rollout.vllm import torch_rng_kept
+
+    if ON_CPU:
+        pytest.skip("the CUDA RNG needs CUDA")
+    torch.cuda.manual_seed_all(123)
+    before = torch.cuda.get_rng_state_all()
+    with torch_rng_kept():
+        torch.cuda.manual_seed_all(0)  # what vLLM's set_random_seed does
+        torch.randn(10, device="cuda")
+    assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all(), strict=True))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).to("cuda")
+    engine = HFEngine(model, tokenizer, [tokenizer.eos_token_id])
+    first = engine.generate([[1, 2, 3]], SamplingParams(n=2, max_tokens=8, seed=7))
+    assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all(), strict=True))
+    assert engine.generate([[1, 2, 3]], SamplingParams(n=2, max_tokens=8, seed=7)) == first
