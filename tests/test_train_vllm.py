@@ -28,7 +28,7 @@ from pacs.rollout.vllm import kv_cache_bytes
 from pacs.train import checkpoint as ckpt
 from pacs.train.config import DEFAULT_LOGPROB_GAP, resolve
 from pacs.train.distributed import DistEnv
-from pacs.train.rollouts import check_logprob_gap, logprob_gap
+from pacs.train.rollouts import check_logprob_gap, logprob_gap, sampled_logprobs
 
 TESTS = Path(__file__).parent
 VLLM_ROLLOUT = {"engine": "vllm", "vllm": {"enforce_eager": True}}  # eager: an engine start in seconds
@@ -183,14 +183,16 @@ def test_the_gap_is_over_response_tokens_and_the_guard_names_the_step():
         "response_mask": torch.tensor([[True, True, False], [True, False, False]]),
         "old_logprobs": torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]]),
     }
-    gap = logprob_gap(batch, completions([[-1.1, -2.0], [-0.2]]), DistEnv())
+    batch["sampler_logprobs"] = sampled_logprobs(completions([[-1.1, -2.0], [-0.2]]), 3)
+    gap = logprob_gap(batch, DistEnv())
     assert gap["rollout/logprob_gap_mean"] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
     assert gap["rollout/logprob_gap_max"] == pytest.approx(0.3)
     check_logprob_gap(5, gap, 0.2)
     check_logprob_gap(5, gap, None)
     with pytest.raises(StaleRolloutError, match=r"step 5: .* 0\.1333 on average \(max 0\.3\)"):
         check_logprob_gap(5, gap, 0.1)
-    assert logprob_gap(batch, completions([None, [-0.2]]), DistEnv()) == {}  # hf reports no log-probs
+    assert sampled_logprobs(completions([None, [-0.2]]), 3) is None  # hf reports no log-probs: no gap
+    assert logprob_gap({k: batch[k] for k in ("response_mask", "old_logprobs")}, DistEnv()) == {}
 
 
 def test_the_gap_limit_defaults_by_dtype_and_null_disables_it():
