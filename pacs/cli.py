@@ -384,8 +384,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from pacs.train.launch import launch
+    from pacs.train.segments import JobOptions
 
-    return launch(args.config, args.out, args.restart_on_change, args.nproc_per_node, args.nnodes)
+    job = JobOptions(args.restart_on_change, args.attempt, args.keep_weights)
+    return launch(args.config, args.out, job, args.nproc_per_node, args.nnodes)
 
 
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -591,6 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--nnodes", type=int, default=1, help="nodes of the SLURM allocation: one torchrun per node via srun"
     )
+    tr.add_argument("--attempt", type=int, default=1,
+                    help="the workflow's attempt at this job: after the first, the run continues only if the job "
+                         "before stopped as planned (time limit, signal), never after a failure")  # fmt: skip
+    tr.add_argument("--keep-weights", type=Path,
+                    help="JSON list of steps whose HF weights outlive retention, read at every save (instead of "
+                         "checkpoint.keep_weights; the workflow writes the steps its evaluations read)")  # fmt: skip
     tr.set_defaults(func=cmd_train)
     return parser
 

@@ -99,10 +99,17 @@ def run_configs(config: dict) -> dict:
             for method in methods(config)}  # fmt: skip
 
 
+def kept_weights(config: dict, run: dict) -> list[int]:
+    """The checkpoint steps of ``run`` whose HF weights must outlive retention: those its evaluations read, and
+    any its own ``checkpoint.keep_weights`` names."""
+    steps = {s for b in config["data"]["benchmarks"] for s in eval_steps(config, run, b)}
+    return sorted(steps | set(run["checkpoint"]["keep_weights"] or ()))
+
+
 def eval_steps(config: dict, run: dict, benchmark: str | None = None) -> list[int]:
     """The checkpoint steps of ``run`` to evaluate on ``benchmark``: its own ``checkpoints``, else
     ``eval.checkpoints`` ("last": the final step) and every ``eval.every``-th step. Each must be a checkpoint
-    the run keeps: a multiple of checkpoint.save_every (or the last step), not removed by keep_last."""
+    the run saves: a multiple of checkpoint.save_every, or the last step."""
     last, ckpt = run["trainer"]["total_steps"], run["checkpoint"]
     own = config["data"]["benchmarks"].get(benchmark, {}).get("checkpoints") if benchmark else None
     where = f"data.benchmarks.{benchmark}.checkpoints" if own else "eval.checkpoints / eval.every"
@@ -113,10 +120,6 @@ def eval_steps(config: dict, run: dict, benchmark: str | None = None) -> list[in
         if step > last or (step != last and step % ckpt["save_every"]):
             raise ConfigError(f"config: {where}: step {step} is not a checkpoint of run {run['logging']['run_name']} "
                               f"({last} steps, one saved every {ckpt['save_every']})")  # fmt: skip
-    if ckpt["keep_last"] is not None and len(steps) > 1:
-        raise ConfigError(f"config: {where} selects {len(steps)} checkpoints, but train.checkpoint.keep_last "
-                          f"{ckpt['keep_last']} removes older ones before they are evaluated: "
-                          "set it to null")  # fmt: skip
     return sorted(steps)
 
 

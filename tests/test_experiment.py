@@ -89,10 +89,12 @@ def test_the_checkpoints_each_benchmark_evaluates():
         experiment.eval_steps(experiment.merged(config, {"eval": {"every": 25}}), run, "toy_heldout")
     with pytest.raises(ConfigError, match="step 120 is not a checkpoint"):
         experiment.eval_steps(experiment.merged(config, {"eval": {"checkpoints": [120]}}), run, "toy_heldout")
-    kept = experiment.run_configs(experiment.merged(config, {"train": {"checkpoint": {"keep_last": 2}}}))
-    with pytest.raises(ConfigError, match="keep_last 2 removes older ones"):
-        experiment.eval_steps(config, kept[("tiny", "pacs")], "toy_heldout")
-    assert experiment.eval_steps(config, kept[("tiny", "pacs")], "real") == [100]
+    # the weights retention keeps: every evaluated step, and any the run's config names itself
+    assert experiment.kept_weights(config, run) == [20, 30, 40, 60, 80, 100]
+    named = experiment.run_configs(experiment.merged(config, {"train": {"checkpoint": {"keep_weights": [10]}}}))
+    assert experiment.kept_weights(config, named[("tiny", "pacs")]) == [10, 20, 30, 40, 60, 80, 100]
+    with pytest.raises(ConfigError, match="checkpoint.keep_resumable must be >= 2"):
+        experiment.run_configs(experiment.merged(config, {"train": {"checkpoint": {"keep_resumable": 1}}}))
 
 
 def test_paper_v2_and_its_base_overlay_plan_the_same_architectures():

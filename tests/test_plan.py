@@ -212,6 +212,33 @@ def test_pacs_plan_on_the_paper_config(tmp_path, capsys):
     assert "train (or methods.pacs.train).trainer.strategy fsdp" in text
 
 
+def test_the_paper_plan_under_a_time_limit_and_a_disk_quota(tmp_path, capsys):
+    """A 48-hour partition: each job's runtime is capped at it and a run needs ceil(hours × margin / what
+    one job leaves after startup and a final checkpoint) jobs; retention bounds each run's disk (2 whole
+    checkpoints, one being written, the evaluated weights), and a quota below the total is an error naming
+    the keys."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    limited = experiment.merged(config, {"resources": {"train": {"max_runtime": 2880}}})
+    plan = experiment.plan(limited)
+    ppo, grpo = plan.job("train/qwen2.5-7b/ppo"), plan.job("train/qwen2.5-7b/grpo")
+    cal = plan.calibration
+    checkpoint_s = sum(ppo.checkpoint.values()) / cal.checkpoint_bytes_per_s
+    usable = 2880 * 60 - cal.startup_s - 1.5 * checkpoint_s
+    assert plan.segments(ppo.name) == -(-((ppo.seconds - cal.startup_s) * 1.5) // usable) == 3  # 70 h estimated, × 1.5
+    assert plan.runtime_minutes(ppo.name) == 2880 and plan.runtime_minutes(grpo.name) == 2880
+    assert ppo.seconds_longest > 1.9 * ppo.seconds  # every response at 4,096 tokens, not the assumed mean 2,048
+    full, policy = sum(grpo.checkpoint.values()), grpo.checkpoint["policy"]
+    assert grpo.disk == {"peak": 3 * full, "final": 2 * full, "checkpoints": 15}  # only the last is evaluated
+    every = experiment.plan(experiment.merged(config, {"eval": {"every": 100}}))  # steps 100, 200 kept as weights
+    assert every.job(grpo.name).disk["peak"] == 3 * full + 2 * policy
+    assert plan.errors == []
+    quota = experiment.plan(experiment.merged(limited, {"plan": {"disk_quota": 1000}}))
+    assert plan.disk_bytes > 1000e9 and len(quota.errors) == 1
+    assert "more than plan.disk_quota (1000 GB); change train.checkpoint.save_every" in quota.errors[0]
+    assert main(["plan", str(REPO / "config/config.yaml")]) == 0
+    assert "| segments | disk peak (GB) |" in capsys.readouterr().out
+
+
 def test_plan_settings_are_checked():
     with pytest.raises(ConfigError, match="plan.runtime_margn"):
         experiment.plan(tiny_config(plan={"runtime_margn": 2}))

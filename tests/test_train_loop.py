@@ -2,8 +2,11 @@
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -14,8 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pacs.cli import main
 from pacs.train import checkpoint as ckpt
+from pacs.train import retention
 from pacs.train.config import load_run_config
+from pacs.train.distributed import DistEnv
 from pacs.train.loop import train
+from pacs.train.segments import EXIT_STOPPED, read_segments
 
 STEP_KEYS = {
     "reward/mean", "accuracy", "groups/all_correct_frac", "groups/all_wrong_frac", "response_length/mean",
@@ -25,10 +31,10 @@ STEP_KEYS = {
 }  # fmt: skip
 
 
-def run_cli(config, out, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
+def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
     """`python -m pacs.train` in a subprocess; optionally SIGKILLed once metrics.jsonl shows ``kill_after_step``."""
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
     if kill_after_step is None:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     metrics = out / "metrics.jsonl"
@@ -133,18 +139,75 @@ def test_a_run_dir_refuses_a_changed_config(uninterrupted, tiny_model, toy_data,
     assert "optim.lr" in capsys.readouterr().err
 
 
-def test_wandb_offline_and_keep_last(tiny_model, toy_data, tmp_path):
+def test_wandb_offline_and_retention(tiny_model, toy_data, tmp_path):
+    """A checkpoint every step, the newest 2 whole, step 1's weights kept for evaluation: step 1 loses its
+    resume state (its manifest then lists what is left), step 2 goes, steps 3 and 4 stay whole."""
+    keep = tmp_path / "keep.json"
+    keep.write_text("[1]")
     config = write_run_config(
         tmp_path / "run.yaml", tiny_model, toy_data,
-        trainer={"total_steps": 2, "batch_size": 8, "mini_batch_size": 8, "micro_batch_size": 8},
-        checkpoint={"save_every": 1, "keep_last": 1}, logging={"wandb": "offline", "progress_bar": False},
+        trainer={"total_steps": 4, "batch_size": 8, "mini_batch_size": 8, "micro_batch_size": 8},
+        checkpoint={"save_every": 1, "keep_resumable": 2}, logging={"wandb": "offline", "progress_bar": False},
     )  # fmt: skip
     out = tmp_path / "run"
-    result = run_cli(config, out)
+    result = run_cli(config, out, "--keep-weights", str(keep))
     assert result.returncode == 0, result.stderr
-    assert [s for s, _ in ckpt.complete_checkpoints(out / "checkpoints")] == [2]
+    root = out / "checkpoints"
+    assert [s for s, _ in ckpt.complete_checkpoints(root)] == [1, 3, 4]
+    first = ckpt.checkpoint_dir(root, 1)
+    assert sorted(p.name for p in first.iterdir()) == [
+        "chat_template.jinja", "config.json", "generation_config.json", "manifest.json", "model.safetensors",
+        "tokenizer.json", "tokenizer_config.json",
+    ]  # fmt: skip
+    assert retention.problems(first, DistEnv()) == [] and not retention.resumable(first)
+    assert all(retention.resumable(ckpt.checkpoint_dir(root, s)) for s in (3, 4))
+    assert "step_000002: deleted" in result.stdout
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_a_broken_newest_checkpoint_is_named_set_aside_and_the_run_ends_bitwise(uninterrupted, config, tmp_path):
+    """The newest checkpoint's weights truncated (as a full disk or a killed copy leaves them): the resume
+    names the file and the checkpoint, falls back to the one before, and redoes the steps since."""
+    out = tmp_path / "broken"
+    shutil.copytree(uninterrupted, out)
+    weights = ckpt.checkpoint_dir(out / "checkpoints", 6) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    result = run_cli(config, out)
+    assert result.returncode == 0, result.stderr
+    assert "step_000006: not resumable" in result.stdout and "model.safetensors: 1000 bytes" in result.stdout
+    assert "trained steps 5..6" in result.stdout
+    assert not (out / "checkpoints" / ".step_000006.broken").exists()  # replaced when step 6 was saved again
+    assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
+    assert rewards(out) == rewards(uninterrupted)
+
+
+def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_resumes_bitwise(
+    uninterrupted, config, tmp_path
+):  # fmt: skip
+    """SIGTERM (a preemption, or SLURM's time limit) during step 2 or later: the job finishes its step, saves
+    it (whether or not a save was due), exits with EXIT_STOPPED and records why; the workflow's next attempt
+    continues and ends where an uninterrupted run does."""
+    out, metrics = tmp_path / "stopped", tmp_path / "stopped" / "metrics.jsonl"
+    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "2"}, stdout=subprocess.PIPE, text=True)
+    while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
+        assert process.poll() is None, "the run ended before its first step was logged"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    stdout, _ = process.communicate(timeout=600)
+    assert process.returncode == EXIT_STOPPED, stdout
+    stopped = read_segments(out)
+    assert [e["event"] for e in stopped] == ["start", "signal", "stop"]
+    step = stopped[-1]["step"]
+    assert stopped[-1]["reason"] == "signal SIGTERM" and 2 <= step < 6
+    assert ckpt.latest_checkpoint(out / "checkpoints")[0] == step  # saved at the step it stopped after
+    assert [r["step"] for r in read_metrics(metrics)][-1] == step
+    result = run_cli(config, out, "--attempt", "2")
+    assert result.returncode == 0, result.stderr
+    assert [e["event"] for e in read_segments(out)][3:] == ["start", "stop"]
+    assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
+    assert rewards(out) == rewards(uninterrupted)
 
 
 def test_bench_train_reports_each_variant_and_engine(vllm_installed, tiny_model, toy_data, tmp_path):
@@ -170,7 +233,7 @@ def test_a_reference_reset_zeroes_the_proxy_restarts_adamw_and_resumes_bitwise(t
     config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data,
                               algorithm={"name": "pacs", "options": {"reward_proxy": "reference"}},
                               trainer={"mini_batch_size": 16, "reference_reset_every": 2},
-                              checkpoint={"save_every": 1}, optim={"lr": 1e-3})  # fmt: skip
+                              checkpoint={"save_every": 1, "keep_resumable": 6}, optim={"lr": 1e-3})  # fmt: skip
     whole = tmp_path / "whole"
     train(load_run_config(config), whole)
     records = read_metrics(whole / "metrics.jsonl")[1:]

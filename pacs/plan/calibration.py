@@ -12,6 +12,8 @@ the user's GPU and writes a calibration file (JSON, the keys of ``Calibration``)
   Default 0.20: vLLM in bf16 generates about 12,500 output tokens/s for an 8B model on one H100, and
   12,500 × 2 × 8.0e9 / 989e12 = 0.20. Decoding is memory-bound, so small models or few concurrent
   sequences reach less than this.
+- ``checkpoint_bytes_per_s``: how fast a checkpoint is written and checksummed. Default 500 MB/s, a guess for
+  a shared parallel file system under load; a preflight measures it.
 """
 
 import dataclasses
@@ -42,6 +44,8 @@ class Calibration:
     # vLLM's own memory beside weights and KV cache (activations while profiling, CUDA graphs)
     vllm_overhead_bytes: int = 2 * GIB
     startup_s: float = 600.0  # per job: loading the model, starting vLLM, capturing CUDA graphs
+    # writing a checkpoint (HF weights, sharded resume state, manifest checksums) to a cluster file system
+    checkpoint_bytes_per_s: float = 5e8
     source: str = "defaults (pacs.plan.calibration)"
 
 

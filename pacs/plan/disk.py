@@ -24,3 +24,16 @@ def checkpoint_bytes(shape, run: dict, has_critic: bool) -> dict[str, int]:
     parts["resume"] = 2 * (params + critic) * DTYPE_BYTES[master]
     parts["resume"] += params * DTYPE_BYTES[master] if compute != master else 0
     return parts
+
+
+def run_disk_bytes(parts: dict[str, int], run: dict, kept_steps: list[int]) -> dict[str, int]:
+    """Disk of a run under retention: ``peak`` while its last checkpoint is written (``keep_resumable`` whole
+    checkpoints, the one being staged, and the policy weights of the other kept steps) and ``final`` when it
+    is done; ``checkpoints``: how many it saves."""
+    c, last = run["checkpoint"], run["trainer"]["total_steps"]
+    saved = sorted(set(range(c["save_every"], last + 1, c["save_every"])) | {last})
+    whole = saved[-c["keep_resumable"] :]
+    weights_only = [s for s in saved if s not in whole and s in kept_steps]
+    full = sum(parts.values())
+    final = len(whole) * full + len(weights_only) * parts["policy"]
+    return {"peak": final + full, "final": final, "checkpoints": len(saved)}

@@ -21,7 +21,7 @@ from pacs.algorithms import get_objective
 from pacs.config import ConfigError, from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
-from pacs.plan.disk import checkpoint_bytes
+from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
 from pacs.plan.memory import dims, evaluation_memory, training_memory
 
 # DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
@@ -39,6 +39,7 @@ class PlanSettings:
     mean_prompt_length: int = MEAN_PROMPT_TOKENS
     mean_response_length: int | None = None  # assumed mean response tokens; null: half of each job's maximum
     runtime_margin: float = 1.5  # suggested SLURM runtime = estimate × this
+    disk_quota: float | None = None  # GB the experiment may hold on disk; null: no check
 
     def __post_init__(self):
         if self.runtime_margin < 1:
@@ -58,6 +59,9 @@ class Job:
     seconds: float | None = None
     errors: list[str] = field(default_factory=list)
     checkpoint: dict = field(default_factory=dict)  # training: bytes on disk of one checkpoint, by part
+    disk: dict = field(default_factory=dict)  # training: peak and final bytes under retention (plan.disk)
+    seconds_longest: float | None = None  # training: every response at its maximum length
+    max_runtime: int | None = None  # minutes a job may run (resources.train.max_runtime); None: no limit
 
     @property
     def peak_bytes(self) -> int:
@@ -68,7 +72,21 @@ class Job:
         return None if self.seconds is None else self.seconds * self.gpus / 3600
 
     def runtime_minutes(self, margin: float) -> int | None:
-        return None if self.seconds is None else int(math.ceil(self.seconds * margin / 600) * 10)
+        """The SLURM runtime of the job (of each of its segments, under ``max_runtime``)."""
+        if self.seconds is None:
+            return None
+        whole = int(math.ceil(self.seconds * margin / 600) * 10)
+        return whole if self.max_runtime is None else min(whole, self.max_runtime)
+
+    def segments(self, margin: float, startup_s: float, checkpoint_s: float) -> int:
+        """Consecutive jobs the run needs under ``max_runtime``: each starts up, trains, and writes one
+        checkpoint more when it stops."""
+        if self.seconds is None or self.max_runtime is None:
+            return 1
+        usable = self.max_runtime * 60 - startup_s - margin * checkpoint_s
+        if usable <= 0:
+            return 0  # never: an error says so
+        return max(1, math.ceil((self.seconds - startup_s) * margin / usable))
 
 
 def forward_flops(d: dict, tokens: float, context: float, head: bool = True) -> float:
@@ -79,6 +97,25 @@ def forward_flops(d: dict, tokens: float, context: float, head: bool = True) -> 
 
 def mean_response(settings: PlanSettings, maximum: int) -> int:
     return min(settings.mean_response_length or maximum // 2, maximum)
+
+
+def step_flops(d: dict, run: dict, needs: frozenset, critic: bool, prompt: int, response: int) -> tuple[float, float]:
+    """FLOPs of one training step's generation and update for mean lengths ``prompt`` and ``response``."""
+    t, r = run["trainer"], run["rollout"]
+    rows, length = t["batch_size"] * r["n"], prompt + response
+    fresh = t["mini_batch_size"] if t["epochs"] == 1 else 0
+
+    def policy(prompts: int) -> int:  # tokens the policy or reference computes for these prompts' rows
+        return prompts * (prompt + r["n"] * response) if t["share_prompt"] else prompts * r["n"] * length
+
+    generate = forward_flops(d, rows * response + t["batch_size"] * prompt, prompt + response / 2)
+    update = 3 * forward_flops(d, t["epochs"] * policy(t["batch_size"]), length / 2)
+    update += forward_flops(d, policy(t["batch_size"] - fresh) + policy(t["batch_size"]) * ("ref_logprobs" in needs),
+                            length / 2)  # fmt: skip
+    if critic:  # the critic takes every row whole
+        update += forward_flops(d, rows * length, length / 2, head=False)
+        update += 3 * forward_flops(d, t["epochs"] * rows * length, length / 2, head=False)
+    return generate, update
 
 
 def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings, cal: Calibration) -> Job:
@@ -96,23 +133,19 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     scored = (t["batch_size"] - fresh) * r["n"] * length  # old log-probs
     scored += rows * length * (("ref_logprobs" in needs) + critic)
     trained = t["epochs"] * rows * length
-
-    def policy(prompts: int) -> int:  # tokens the policy or reference computes for these prompts' rows
-        return prompts * (prompt + r["n"] * response) if t["share_prompt"] else prompts * r["n"] * length
-
-    generate = forward_flops(d, rows * response + t["batch_size"] * prompt, prompt + response / 2)
-    update = 3 * forward_flops(d, t["epochs"] * policy(t["batch_size"]), length / 2)
-    update += forward_flops(d, policy(t["batch_size"] - fresh) + policy(t["batch_size"]) * ("ref_logprobs" in needs),
-                            length / 2)  # fmt: skip
-    if critic:  # the critic takes every row whole
-        update += forward_flops(d, rows * length, length / 2, head=False)
-        update += 3 * forward_flops(d, trained, length / 2, head=False)
+    generate, update = step_flops(d, run, needs, critic, prompt, response)
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
     if gpus:
-        step_s = (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * gpus)
-        job.seconds = cal.startup_s + steps * step_s
+
+        def seconds(generate: float, update: float) -> float:
+            return cal.startup_s + steps * (generate / cal.generate_mfu + update / cal.train_mfu) / (
+                cal.peak_flops * gpus
+            )
+
+        job.seconds = seconds(generate, update)
+        job.seconds_longest = seconds(*step_flops(d, run, needs, critic, prompt, r["max_response_length"]))
     return job
 
 
@@ -184,6 +217,16 @@ class Plan:
     def runtime_minutes(self, name: str) -> int | None:
         return self.job(name).runtime_minutes(self.settings.runtime_margin)
 
+    def segments(self, name: str) -> int:
+        job = self.job(name)
+        cal = self.calibration
+        return job.segments(self.settings.runtime_margin, cal.startup_s, checkpoint_seconds(job, cal))
+
+    @property
+    def disk_bytes(self) -> int:
+        """Every run's peak disk together: the most the experiment holds if its runs train at once."""
+        return sum(j.disk.get("peak", 0) for j in self.jobs)
+
 
 def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict) -> Plan:
     """The plan of a workflow config: ``runs`` {(model, method): resolved run config}, ``evaluations`` and
@@ -202,9 +245,17 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
         return int({**resources.get("default", {}), **resources.get(kind, {})}.get("gpu") or 0)
 
     jobs = []
+    max_runtime = {**resources.get("default", {}), **resources.get("train", {})}.get("max_runtime")
     for (model, method), run in runs.items():
         job = plan_training(f"train/{model}/{method}", shapes[model], run, gpus("train"), settings, cal)
         check_training(job, cal, f"train (or methods.{method}.train)")
+        kept = {e["step"] for e in evaluations if (e["model"], e["method"]) == (model, method)}
+        job.disk = run_disk_bytes(job.checkpoint, run, sorted(kept | set(run["checkpoint"]["keep_weights"] or ())))
+        job.max_runtime = max_runtime
+        if job.segments(settings.runtime_margin, cal.startup_s, checkpoint_seconds(job, cal)) == 0:
+            job.errors.append(f"{job.name}: resources.train.max_runtime {max_runtime} min leaves no time to train "
+                              f"after the job's startup ({cal.startup_s:.0f} s) and a checkpoint "
+                              f"({checkpoint_seconds(job, cal):.0f} s); raise it")  # fmt: skip
         jobs.append(job)
     for e in evaluations:
         bench = config["data"]["benchmarks"][e["benchmark"]]
@@ -218,7 +269,17 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
         _check_kv(job, "eval.settings.vllm.gpu_memory_utilization (or .tensor_parallel_size with more "
                        "resources.evaluate.gpu) or eval.settings.max_tokens")  # fmt: skip
         jobs.append(job)
-    return Plan(jobs, cal, settings)
+    plan = Plan(jobs, cal, settings)
+    if settings.disk_quota is not None and plan.disk_bytes > settings.disk_quota * 1e9:
+        jobs[0].errors.append(f"the experiment's checkpoints peak at {_gb(plan.disk_bytes)}, more than "
+                              f"plan.disk_quota ({settings.disk_quota:.0f} GB); change train.checkpoint.save_every, "
+                              "train.checkpoint.keep_resumable, eval.checkpoints or eval.every (the steps whose "
+                              "weights are kept), or run fewer models or methods at once")  # fmt: skip
+    return plan
+
+
+def checkpoint_seconds(job: Job, cal: Calibration) -> float:
+    return sum(job.checkpoint.values()) / cal.checkpoint_bytes_per_s
 
 
 def format_plan(plan: Plan) -> str:
@@ -227,20 +288,29 @@ def format_plan(plan: Plan) -> str:
     cal = plan.calibration
     lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s; train MFU "
              f"{cal.train_mfu:.2f}, generation MFU {cal.generate_mfu:.2f} ({cal.generate_engine}); {cal.source}",
-             "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | GPU-hours | "
-             "runtime (min) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
+             "GPU-hours | runtime (min) | segments | disk peak (GB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for j in plan.jobs:
         hours = "-" if j.seconds is None else f"{j.seconds / 3600:.2f}"
+        longest = "-" if j.seconds_longest is None else f"{j.seconds_longest / 3600:.2f}"
         gpu_hours = "-" if j.gpu_hours is None else f"{j.gpu_hours:.1f}"
         runtime = j.runtime_minutes(margin) or "-"
+        segments = plan.segments(j.name) if j.kind == "train" and j.seconds is not None else "-"
+        disk = f"{j.disk['peak'] / 1e9:.0f}" if j.disk else "-"
         lines.append(f"| {j.name} | {j.gpus} | {j.peak_bytes / 1e9:.2f} | {j.generated_tokens:.3g} | "
-                     f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {gpu_hours} | "
-                     f"{runtime} |")  # fmt: skip
+                     f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {longest} | {gpu_hours} | "
+                     f"{runtime} | {segments} | {disk} |")  # fmt: skip
     timed = [j for j in plan.jobs if j.seconds is not None]
     total = sum(j.gpu_hours for j in timed)
     lines += ["", f"Total: {len(plan.jobs)} jobs, {sum(j.flops for j in plan.jobs) / 1e18:.3g} EFLOP, "
               f"{total:.0f} GPU-hours ({sum(j.gpu_hours for j in timed if j.kind == 'train'):.0f} training, "
-              f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation)."]  # fmt: skip
+              f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation); every response at its "
+              f"maximum length: {sum(j.seconds_longest * j.gpus / 3600 for j in timed if j.seconds_longest):.0f} "
+              "training GPU-hours.",
+              "", f"Disk: checkpoints peak at {_gb(plan.disk_bytes)} if every run trains at once, and "
+              f"{_gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
+              + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
     seen = set()
     for j in plan.jobs:
         key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),
@@ -261,7 +331,9 @@ def format_plan(plan: Plan) -> str:
                 lines.append(f"- {phase}: {_gb(sum(parts.values()))} ({shown})")
         if j.checkpoint:
             shown = ", ".join(f"{k} {_gb(v)}" for k, v in j.checkpoint.items() if v)
-            lines.append(f"- one checkpoint on disk: {_gb(sum(j.checkpoint.values()))} ({shown})")
+            lines.append(f"- one checkpoint on disk: {_gb(sum(j.checkpoint.values()))} ({shown}); the run's "
+                         f"{j.disk['checkpoints']} checkpoints peak at {_gb(j.disk['peak'])} under retention, "
+                         f"{_gb(j.disk['final'])} at the end")  # fmt: skip
     if plan.errors:
         lines += ["", "Does not fit:", *[f"- {e}" for e in plan.errors]]
     return "\n".join(lines) + "\n"

@@ -9,8 +9,9 @@ dtype, the only precision it is used in), ``resume/`` (what only a resume reads,
 ``torch.distributed.checkpoint``, each rank its own shards so that no rank ever holds the whole: the
 optimizers' states and, where the HF weights are in a lower dtype than ``model.dtype``, the policy's master
 weights), ``trainer_state.pt`` (step, counters, the step of the last reference reset) and ``rng_rank{r}.pt``
-per rank. It is written under a ``.tmp`` name and renamed when every file is on disk, so a crash mid-write
-leaves only a ``.tmp`` directory, which resume deletes.
+per rank, and ``manifest.json`` (every file's size and checksum: ``pacs.train.retention``). It is written under a
+``.tmp`` name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
+which resume deletes.
 """
 
 import json
@@ -147,8 +148,8 @@ def save_counters(staging: Path, state: dict) -> None:
     torch.save(state, staging / "trainer_state.pt")
 
 
-def publish(staging: Path, root: Path, step: int, keep_last: int | None) -> Path:
-    """Make the staged checkpoint visible in one rename, then drop the oldest beyond ``keep_last``."""
+def publish(staging: Path, root: Path, step: int) -> Path:
+    """Make the staged checkpoint visible in one rename (replacing a set-aside broken copy of the same step)."""
     for f in staging.rglob("*"):
         if f.is_file():
             with open(f, "rb") as handle:
@@ -157,9 +158,7 @@ def publish(staging: Path, root: Path, step: int, keep_last: int | None) -> Path
     if final.exists():  # the same step saved by an earlier attempt that died after its rename
         shutil.rmtree(final)
     os.replace(staging, final)
-    if keep_last is not None:
-        for _, old in complete_checkpoints(root)[:-keep_last]:
-            shutil.rmtree(old)
+    shutil.rmtree(Path(root) / f".{final.name}.broken", ignore_errors=True)
     return final
 
 

@@ -116,14 +116,18 @@ class TrainerConfig:
 @dataclass(frozen=True)
 class CheckpointConfig:
     save_every: int = 20  # steps; the last step is always saved
-    keep_last: int | None = None  # keep only the newest K checkpoints; null keeps all
+    keep_resumable: int = 2  # the newest K checkpoints keep what a resume reads (K >= 2: one may be broken)
+    keep_weights: list[int] | None = None  # older ones keep their HF weights only at these steps; null: all
+    stop_margin: float = 1.5  # a job stops when margin × (a step + a checkpoint) would pass its end time
 
     def __post_init__(self):
-        if self.save_every < 1 or (self.keep_last is not None and self.keep_last < 1):
-            raise ValueError(
-                "checkpoint.save_every must be >= 1 and keep_last >= 1 or null, "
-                f"got {self.save_every}, {self.keep_last}"
-            )
+        if self.save_every < 1:
+            raise ValueError(f"checkpoint.save_every must be >= 1, got {self.save_every}")
+        if self.keep_resumable < 2:
+            raise ValueError(f"checkpoint.keep_resumable must be >= 2 (a resume falls back past a broken newest "
+                             f"checkpoint to the one before it), got {self.keep_resumable}")  # fmt: skip
+        if self.stop_margin < 1:
+            raise ValueError(f"checkpoint.stop_margin must be >= 1, got {self.stop_margin}")
 
 
 @dataclass(frozen=True)

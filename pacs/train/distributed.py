@@ -117,6 +117,15 @@ def all_gather_rows(x: Tensor, env: DistEnv) -> Tensor:
     return torch.cat(parts)
 
 
+def gather_objects(obj, env: DistEnv) -> list:
+    """Every rank's ``obj`` (picklable), in rank order."""
+    if not env.active:
+        return [obj]
+    out = [None] * env.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def barrier(env: DistEnv) -> None:
     if env.active:
         dist.barrier()

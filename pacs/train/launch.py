@@ -14,6 +14,7 @@ job), so a job that started its launcher more than once shows it.
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from pacs.config import to_dict
 from pacs.train.config import load_run_config
+from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
 
 
 def _wandb_logger(config, out: Path):
@@ -41,9 +43,9 @@ def _wandb_logger(config, out: Path):
     return run, lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
 
-def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
+def run(config_path: Path, out: Path, job: JobOptions) -> int:
     """Train in this process: one rank of torchrun's RANK/WORLD_SIZE (or the only one); rank 0 alone logs
-    to wandb and writes metrics."""
+    to wandb and writes metrics. Returns 0, or ``EXIT_STOPPED`` when the job stopped early, saved."""
     import torch
     import torch.distributed as dist
 
@@ -57,7 +59,7 @@ def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)
     try:
-        summary = train(config, out, env, log, restart_on_change)
+        summary = train(config, out, env, log, job)
     finally:
         if wandb_run is not None:
             wandb_run.finish()
@@ -65,9 +67,20 @@ def run(config_path: Path, out: Path, restart_on_change: bool = False) -> int:
             dist.destroy_process_group()
     if summary["status"] == "complete":
         print(f"{out}: already complete at step {summary['final_step']}; nothing to do")
-    else:
-        print(f"{out}: trained steps {summary['start_step'] + 1}..{summary['final_step']}")
+        return 0
+    print(f"{out}: trained steps {summary['start_step'] + 1}..{summary['final_step']}")
+    if summary["status"] == "stopped":
+        print(f"{out}: stopped early ({summary['reason']}), saved; the same command continues the run")
+        return EXIT_STOPPED
     return 0
+
+
+# torchrun, deaf to SIGUSR1 (whose default action would kill it, and with it the job): SLURM's warning signal
+# (sbatch --signal=USR1@SECONDS) reaches every process of the step, the ranks included, which stop in time
+IGNORING_USR1 = (
+    "import runpy, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); sys.argv[0] = 'torchrun'; "
+    "runpy.run_module('torch.distributed.run', run_name='__main__')"
+)
 
 
 def free_port() -> int:
@@ -80,7 +93,7 @@ def torchrun_command(
     nnodes: int, nproc_per_node: int, endpoint: str | None, rdzv_id: str, args: list[str]
 ) -> list[str]:
     """torchrun for one node of the run; ``endpoint`` None: a standalone single-node rendezvous."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    torchrun = [sys.executable, "-c", IGNORING_USR1]
     if endpoint is None:
         where = ["--standalone"]
     else:
@@ -112,19 +125,22 @@ def record_launch(out: Path, entry: dict) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
-def launch(config_path: Path, out: Path, restart_on_change: bool = False, nproc_per_node: int = 1,
+def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_per_node: int = 1,
            nnodes: int = 1) -> int:  # fmt: skip
-    """Start the run as the request and the environment say (module docstring); returns the exit status."""
-    environ = os.environ
+    """Start the run as the request and the environment say (module docstring); returns the exit status:
+    ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.train.segments``)."""
+    environ, job = os.environ, job or JobOptions()
     if "LOCAL_RANK" in environ:  # a rank torchrun started
-        return run(config_path, out, restart_on_change)
+        return run(config_path, out, job)
     load_run_config(config_path)  # a bad config fails here, before anything starts
-    args = ["--config", str(config_path), "--out", str(out), *(["--restart-on-change"] if restart_on_change else [])]
+    args = ["--config", str(config_path), "--out", str(out), "--attempt", str(job.attempt),
+            *(["--restart-on-change"] if job.restart_on_change else []),
+            *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else [])]  # fmt: skip
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname(), "nnodes": nnodes,
              "nproc_per_node": nproc_per_node, "slurm_job": environ.get("SLURM_JOB_ID"),
              "visible_devices": environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
     if nnodes == 1 and nproc_per_node <= 1:  # nothing to record: a rerun of a finished run leaves DIR untouched
-        return run(config_path, out, restart_on_change)
+        return run(config_path, out, job)
     if nnodes == 1:
         command = torchrun_command(1, nproc_per_node, None, "", args)
     else:
@@ -133,4 +149,7 @@ def launch(config_path: Path, out: Path, restart_on_change: bool = False, nproc_
         (out / "logs").mkdir(parents=True, exist_ok=True)
         command = multinode_command(nnodes, nproc_per_node, hosts, port, environ["SLURM_JOB_ID"], out, args)
     record_launch(out, {**entry, "command": " ".join(command)})
-    return subprocess.run(command).returncode
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # this process waits; the ranks hear the signal themselves
+    code = subprocess.run(command).returncode
+    ended = read_segments(out)[-1:]
+    return EXIT_STOPPED if code and ended and ended[0]["event"] == "stop" and ended[0]["reason"] != "done" else code

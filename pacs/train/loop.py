@@ -24,6 +24,7 @@ from tqdm import tqdm
 from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
+from pacs.train import retention
 from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import (
@@ -38,6 +39,7 @@ from pacs.train.models import Models, load_models, reset_reference, save_checkpo
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
+from pacs.train.segments import JobOptions, Segment
 from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
@@ -306,22 +308,23 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
 
 
 def train(
-    config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None, restart_on_change: bool = False
+    config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None, job: JobOptions | None = None
 ) -> dict:
-    """Run, resume, or find finished the training run in ``out``; returns a short summary.
+    """Run, resume, or find finished the training run in ``out``; returns a short summary. The job stops
+    early, saved, when its time or a signal says so (``pacs.train.segments``): status "stopped".
 
     Every step's record goes to ``out/metrics.jsonl`` and to ``log`` (rank 0 only).
     """
-    env = env or DistEnv()
+    env, job = env or DistEnv(), job or JobOptions()
     out, root, t = Path(out), Path(out) / "checkpoints", config.trainer
     objective, options = get_objective(config.algorithm.name), objective_config(config)
     check_sizes(config, env)
     if env.main:
         out.mkdir(parents=True, exist_ok=True)
-        check_run_dir(out, config, restart_on_change)
+        check_run_dir(out, config, job.restart_on_change)
         ckpt.remove_partial(root)
     barrier(env)
-    latest = ckpt.latest_checkpoint(root)
+    latest = retention.resume_point(root, env)
     start = latest[0] if latest else 0
     if start >= t.total_steps:
         return {"status": "complete", "start_step": start, "final_step": start}
@@ -351,6 +354,11 @@ def train(
             return {}
         return heldout_accuracy(engine, heldout.token_ids, heldout.golds, pool.score, config.eval.max_new_tokens, env)
 
+    def save(step: int) -> None:
+        began = time.perf_counter()
+        save_checkpoint(root, step, models, config, env, job.keep_weights)
+        segment.took(step, checkpoint_s=time.perf_counter() - began)
+
     if env.main:
         truncate_metrics(metrics_path, start)
     show = env.main and config.logging.progress_bar
@@ -358,12 +366,15 @@ def train(
         VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool,
         ThreadPoolExecutor(1, thread_name_prefix="verifier") as scorer,
         closing(engine),
+        Segment(out, env, config.checkpoint.stop_margin, job) as segment,
     ):
+        segment.begin(start)
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
                   **evaluate(0)})  # fmt: skip
         bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
         for step in range(start, t.total_steps):
+            began = time.perf_counter()
             reset = bool(t.reference_reset_every) and step > 0 and step % t.reference_reset_every == 0
             if reset:  # before the step: its samples' proxy is 0 until its update moves the policy
                 reset_reference(step, config, models)
@@ -371,10 +382,19 @@ def train(
             if t.reference_reset_every:
                 record.update({"reference/reset": int(reset), "reference/step": models.reference_step})
             record.update(evaluate(step + 1))
-            if (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps:
-                save_checkpoint(root, step + 1, models, config, env)
+            segment.took(step + 1, step_s=time.perf_counter() - began)
+            saved = (step + 1) % config.checkpoint.save_every == 0 or step + 1 == t.total_steps
+            if saved:
+                save(step + 1)
+            stop = segment.must_stop() if step + 1 < t.total_steps else ""
+            if stop and not saved:  # the time for this checkpoint was kept free at the last check
+                save(step + 1)
             emit(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward/mean']:.3f}", refresh=False)
+            if stop:
+                segment.stop(step + 1, stop)
+                return {"status": "stopped", "reason": stop, "start_step": start, "final_step": step + 1}
         bar.close()
+        segment.stop(t.total_steps, "done")
     return {"status": "trained", "start_step": start, "final_step": t.total_steps}

@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from pacs.algorithms import Objective
 from pacs.train import checkpoint as ckpt
+from pacs.train import retention
 from pacs.train.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.train.logprobs import PolicyScorer
@@ -101,9 +102,11 @@ def master_modules(config: RunConfig, models: Models) -> dict:
     return {"policy": models.policy_module} if compute_dtype(config) != config.model.dtype else {}
 
 
-def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, env: DistEnv) -> None:
+def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, env: DistEnv,
+                    keep_weights: Path | None = None) -> None:  # fmt: skip
     """The models consolidated in HF format by rank 0 (the policy in the compute dtype), the optimizers and
-    any master weights the HF files lack sharded by every rank (DCP)."""
+    any master weights the HF files lack sharded by every rank (DCP), a manifest; then, published, the older
+    checkpoints thinned as ``checkpoint.keep_resumable`` and ``keep_weights`` (or the file ``keep_weights``) say."""
     staging = ckpt.staging_dir(root, step)
     if env.main:
         ckpt.remove_partial(root)
@@ -123,8 +126,12 @@ def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, en
     ckpt.save_resume_state(staging, optimizer_modules(models), master_modules(config, models))
     ckpt.save_rank_state(staging, env.rank)
     barrier(env)
+    retention.write_manifest(staging, env)
     if env.main:
-        ckpt.publish(staging, root, step, config.checkpoint.keep_last)
+        ckpt.publish(staging, root, step)
+        kept = retention.kept_weights(config.checkpoint.keep_weights, keep_weights)
+        for line in retention.retain(root, config.checkpoint.keep_resumable, kept):
+            print(f"{root}/{line}", flush=True)
     barrier(env)
 
 

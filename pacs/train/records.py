@@ -69,14 +69,19 @@ def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens
     return {"eval/accuracy": correct / total, "eval/problems": int(total)}
 
 
+# keys that change which files a run keeps or when a job stops, never what it computes
+NO_RESULT_KEYS = ("checkpoint.keep_resumable", "checkpoint.keep_weights", "checkpoint.stop_margin")
+
+
 def check_run_dir(out: Path, config: RunConfig, restart_on_change: bool = False) -> None:
-    """A run directory belongs to one config: resuming under a changed one is an error naming the keys,
-    or with ``restart_on_change`` (what a workflow rerun wants) the old run is deleted first."""
-    if restart_on_change and config_changes(out / "config.yaml", to_dict(config)):
+    """A run directory belongs to one config: resuming under a changed one (``NO_RESULT_KEYS`` aside) is an
+    error naming the keys, or with ``restart_on_change`` (what a workflow rerun wants) the old run is deleted
+    first."""
+    if restart_on_change and config_changes(out / "config.yaml", to_dict(config), NO_RESULT_KEYS):
         for child in out.iterdir():
             if child.name not in ("launches.jsonl", "logs"):  # what the launcher of this attempt wrote
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
-    pin_config(out / "config.yaml", to_dict(config), "a run")
+    pin_config(out / "config.yaml", to_dict(config), "a run", NO_RESULT_KEYS)
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:

@@ -11,6 +11,7 @@ import yaml
 from pacs import experiment
 from pacs.config import ConfigError
 from pacs.plan.jobs import format_plan
+from pacs.train.segments import check_continuation, read_segments
 
 RESULTS = experiment.results_dir(config)
 CONFIGS = f"{RESULTS}/configs"
@@ -67,6 +68,9 @@ for e in EVALUATIONS:
 
 for (model, method), run in RUN_CONFIGS.items():
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
+    # the steps whose weights outlive retention, read by the trainer at every save: apart from the run's config,
+    # so that evaluating other steps does not restart a run
+    write_if_changed(f"{CONFIGS}/keep_weights_{model}_{method}.json", json.dumps(experiment.kept_weights(config, run)))
 for bench in BENCHMARKS:
     settings = experiment.eval_settings(config, bench, RUN_CONFIGS)
     write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
@@ -117,6 +121,8 @@ def planned_runtime(kind):
 def resources(kind):
     """A rule's resources from the config: resources.default, updated by resources.<kind>.
 
+    A job runs at most max_runtime minutes (the partition's limit): a longer training runs as consecutive
+    jobs (segments), each stopping in time and resubmitted by Snakemake's retries (TRAIN_RETRIES).
     A GPU job runs its command once: the SLURM plugin would turn `tasks` into --ntasks-per-gpu and run
     it once per GPU (its issue 459), so tasks_per_gpu is 0. A training job on several nodes asks for
     `gpu / nodes` GPUs on each node (gres) and one task per node (mpi: the rule's own srun starts them).
@@ -125,10 +131,16 @@ def resources(kind):
     own = config["resources"].get(kind, {})
     spec = {**config["resources"].get("default", {}), **own}
     spec = {k: v for k, v in spec.items() if v is not None}
+    max_runtime = spec.pop("max_runtime", None)
     if spec.get("gpu"):
         spec["tasks_per_gpu"] = 0
         if kind in ("train", "evaluate") and own.get("runtime") is None:
             spec["runtime"] = planned_runtime(kind)
+    if max_runtime is not None:
+        runtime = spec.get("runtime")
+        spec["runtime"] = (lambda w, r=runtime: min(r(w), max_runtime)) if callable(runtime) else min(
+            runtime or max_runtime, max_runtime
+        )
     nodes = int(spec.get("nodes", 1))
     if kind == "train" and nodes > 1:
         gpus = int(spec.pop("gpu", 0))
@@ -137,6 +149,20 @@ def resources(kind):
         model = spec.pop("gpu_model", None)
         spec.update(gres=f"gpu:{model + ':' if model else ''}{gpus // nodes}", mpi="srun", tasks=nodes)
     return spec
+
+
+# A training job that stops for its time limit or a signal exits with EXIT_STOPPED and is submitted again,
+# only if it stopped as planned after at least one step (continue_run); so no run needs more attempts than steps
+TRAIN_RETRIES = max((run["trainer"]["total_steps"] for run in RUN_CONFIGS.values()), default=1)
+
+
+def continue_run(wildcards, attempt):
+    """The attempt number for `pacs train --attempt`; before a resubmission, an error unless the job before it
+    stopped as planned (pacs.train.segments.check_continuation): a failure is not submitted again."""
+    if attempt > 1:
+        out = Path(run_dir(wildcards.model, wildcards.method))
+        check_continuation(out, read_segments(out), attempt)
+    return attempt
 
 
 def prepare_args(dataset):

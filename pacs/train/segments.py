@@ -1,0 +1,152 @@
+"""A run as consecutive jobs (segments), each stopping in time for the queue's limit or a preemption.
+
+- **End time.** SLURM sets a job's end time; the trainer reads it (``SLURM_JOB_END_TIME`` where SLURM sets it,
+  else ``squeue -h -j $SLURM_JOB_ID -o %e``, as old as SLURM 22.05) when the job starts and again every ten
+  minutes (``scontrol update TimeLimit=`` moves it). Outside SLURM there is none.
+- **Stop.** After every step, every rank agrees (a max over ranks) to stop when ``checkpoint.stop_margin`` ×
+  (the longest step + the longest checkpoint write measured in this run, across its segments; a write not yet
+  measured counts as a step) would pass the end time, or when SIGTERM or SIGUSR1 arrived (a preemption, or
+  ``sbatch --signal=USR1@SECONDS``). The run then saves a checkpoint of that step (unless it just did) and
+  exits with ``EXIT_STOPPED``; running the same command again resumes it.
+- **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the
+  workflow's attempt), a ``signal`` when one arrives, and a ``stop`` (time, step, reason, the measured seconds)
+  or a ``failed``. The workflow resubmits a stopped job (Snakemake's retries: a fresh submission starts as soon
+  as resources are free, where SLURM's requeue holds the job about two minutes, ``../shared/RECIPES.md``).
+  An attempt after the first continues only if the one before ended in a planned stop or a signal (the time
+  limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
+  the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
+  to stop, so that the workflow's check stays light.)
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early with a checkpoint; the same command continues the run
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+REREAD_S = 600.0
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How this job of a run was started (``pacs train``'s flags)."""
+
+    restart_on_change: bool = False  # a run directory under another config is deleted, not refused
+    attempt: int = 1  # the workflow's attempt (Snakemake's): after the first, continue only after a planned stop
+    keep_weights: Path | None = None  # a JSON list of steps, read at every save, instead of checkpoint.keep_weights
+
+
+def slurm_end_time(environ=os.environ) -> float | None:
+    """The SLURM job's end time (seconds since the epoch), or None outside SLURM or without a limit."""
+    if environ.get("SLURM_JOB_END_TIME"):
+        return float(environ["SLURM_JOB_END_TIME"])
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = listed.stdout.strip()
+    try:
+        return datetime.fromisoformat(text).timestamp()  # local time, as squeue prints it
+    except ValueError:  # "N/A", "Unknown" (no limit), or no answer
+        return None
+
+
+def read_segments(out: Path) -> list[dict]:
+    path = Path(out) / "segments.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def check_continuation(out: Path, history: list[dict], attempt: int) -> None:
+    """A resubmitted job (``attempt`` > 1) goes on only if the job before it stopped as planned, or on a signal,
+    after finishing at least one step: otherwise the same failure would be resubmitted until retries run out."""
+    ended = history[-1] if history else {"event": "nothing"}
+    if ended["event"] not in ("stop", "signal"):
+        raise RuntimeError(f"{out}: attempt {attempt} of this job, but the attempt before it ended without a "
+                           f"planned stop (its last record in segments.jsonl: {ended['event']}); a failure is not "
+                           "retried: read its log, fix the cause, and run the workflow again")  # fmt: skip
+    start = next(h for h in reversed(history) if h["event"] == "start")
+    if ended["step"] <= start["step"]:
+        raise RuntimeError(f"{out}: the job before this one (attempt {attempt - 1}) finished no step before it "
+                           f"stopped ({ended.get('reason', ended.get('signal'))}): its time limit leaves no room for a "
+                           "step and a checkpoint; raise resources.train.max_runtime (or runtime)")  # fmt: skip
+
+
+class Segment:
+    """This job's part of the run: when it must stop, and its lines in ``segments.jsonl``. A context manager
+    that installs the signal handlers and records how the job ended."""
+
+    def __init__(self, out: Path, env, margin: float, options: JobOptions, environ=os.environ):
+        self.out, self.env, self.margin, self.environ = Path(out), env, margin, environ
+        self.options, self.signalled = options, ""
+        history = read_segments(out) if env.main else []
+        if env.main and options.attempt > 1:
+            check_continuation(out, history, options.attempt)
+        measured = [(h.get("step_s", 0.0), h.get("checkpoint_s", 0.0)) for h in history if h["event"] == "stop"]
+        self.step_s = max((m[0] for m in measured), default=0.0)
+        self.checkpoint_s = max((m[1] for m in measured), default=0.0)
+        self.read_at, self.end, self.step = -REREAD_S, None, 0
+        self._handlers: dict = {}
+
+    def _record(self, event: str, **fields) -> None:
+        if self.env.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / "segments.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signalled = signal.Signals(signum).name
+        self._record("signal", signal=self.signalled, step=self.step)
+
+    def begin(self, step: int) -> None:
+        self._refresh()
+        self.step = step
+        self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
+                     end_time=self.end)  # fmt: skip
+
+    def __enter__(self):
+        self._handlers = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
+        return self
+
+    def __exit__(self, kind, error, trace):
+        for s, handler in self._handlers.items():
+            signal.signal(s, handler)
+        if error is not None:
+            self._record("failed", error=f"{kind.__name__}: {error}")
+        return False
+
+    def _refresh(self) -> None:
+        if self.env.main and time.monotonic() - self.read_at >= REREAD_S:
+            self.end, self.read_at = slurm_end_time(self.environ), time.monotonic()
+
+    def took(self, step: int, step_s: float = 0.0, checkpoint_s: float = 0.0) -> None:
+        """Step ``step`` is done (and saved, with ``checkpoint_s``), having taken ``step_s`` seconds."""
+        self.step = step
+        self.step_s, self.checkpoint_s = max(self.step_s, step_s), max(self.checkpoint_s, checkpoint_s)
+
+    def must_stop(self) -> str:
+        """Why this job must stop after the step it just finished ("" to go on): the same answer on every rank."""
+        import torch
+
+        from pacs.train.distributed import all_reduce
+
+        self._refresh()
+        need = self.margin * (self.step_s + (self.checkpoint_s or self.step_s))
+        short = self.end is not None and time.time() + need > self.end
+        votes = torch.tensor([float(bool(self.signalled)), float(short)])
+        signalled, short = all_reduce(votes, self.env, "max").tolist()
+        if signalled:
+            return f"signal {self.signalled or 'on another rank'}"
+        return "time limit" if short else ""
+
+    def stop(self, step: int, reason: str) -> None:
+        self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s)
