@@ -1,7 +1,6 @@
 """The Snakemake workflow: lint, the paper's DAG, the tiny experiment end to end, what reruns when
 the config changes, and a failing job."""
 
-import functools
 import json
 import os
 import re
@@ -13,9 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import yaml
-from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yaml")]
@@ -333,41 +330,3 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, t
         assert launches[0]["nproc_per_node"] == 2 and "torch.distributed.run" in launches[0]["command"]
         assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran
 
-
-@pytest.mark.slow
-def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_run, tmp_path):
-    """The tiny GRPO run (40 steps) under SLURM's shortest limit, one minute a job: each job reads its end
-    time from SLURM and stops in time with a checkpoint; Snakemake submits the next; unattended, the run
-    ends bitwise where the local run of `tiny_run` (one job, no limit) did, from the same model and data."""
-    workdir = tmp_path / "segments"
-    workdir.mkdir()
-    built = tiny_run / "results" / "tiny" / "models" / "tiny"
-    config = functools.reduce(merged, (yaml.safe_load(Path(f).read_text()) for f in configfiles(tiny_run)))
-    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(built)}
-    del config["models"]["tiny"]["build"]
-    config = merged(config, {"resources": {"train": {"max_runtime": 1}}})
-    local = overlay(workdir / "segments.yaml", config)
-    target = "results/tiny/runs/tiny/grpo/checkpoints/step_000040"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "SBATCH_PARTITION": "debug"}  # fmt: skip
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target, "--configfile", local]  # fmt: skip
-    done = subprocess.run(["timeout", "-k", "30", "1500", *command], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
-    run = workdir / "results" / "tiny" / "runs" / "tiny" / "grpo"
-    segments = [json.loads(x) for x in (run / "segments.jsonl").read_text().splitlines()]
-    starts = [s for s in segments if s["event"] == "start"]
-    stops = [s for s in segments if s["event"] == "stop"]
-    assert len(starts) >= 3 and len({s["slurm_job"] for s in starts}) == len(starts), segments
-    assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
-    assert all(s["end_time"] for s in starts)  # read from SLURM
-    assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
-    for stop, start in zip(stops, starts[1:], strict=False):
-        assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
-    reference = tiny_run / "results" / "tiny" / "runs" / "tiny" / "grpo" / "checkpoints" / "step_000040"
-    ours, theirs = load_file(run / "checkpoints/step_000040/model.safetensors"), load_file(
-        reference / "model.safetensors"
-    )
-    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    jobs_log = (run / "logs" / "jobs.log").read_text()
-    assert jobs_log.count("stopped early (time limit)") == len(starts) - 1
