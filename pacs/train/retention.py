@@ -36,11 +36,17 @@ def _digest(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def _hashed(directory: Path, names: list[str], env: DistEnv) -> dict[str, str]:
+    """``{name: sha256}`` of ``names`` (relative to ``directory``), each rank hashing every world_size-th."""
+    mine = {n: _digest(directory / n) for n in names[env.rank :: env.world_size]}
+    return {k: v for part in gather_objects(mine, env) for k, v in part.items()}
+
+
 def digests(directory: Path, env: DistEnv) -> dict[str, list]:
     """``{relative path: [bytes, sha256]}`` of every file under ``directory``, each rank hashing its share."""
-    files = _files(directory)
-    mine = {str(f.relative_to(directory)): [f.stat().st_size, _digest(f)] for f in files[env.rank :: env.world_size]}
-    return {k: v for part in gather_objects(mine, env) for k, v in part.items()}
+    names = [str(f.relative_to(directory)) for f in _files(directory)]
+    hashed = _hashed(directory, names, env)
+    return {n: [(directory / n).stat().st_size, hashed[n]] for n in names}
 
 
 def write_manifest(directory: Path, env: DistEnv) -> None:
@@ -66,8 +72,7 @@ def problems(directory: Path, env: DistEnv) -> list[str]:
     if out:
         return out
     names = sorted(expected)
-    mine = {n: _digest(directory / n) for n in names[env.rank :: env.world_size]}
-    hashed = {k: v for part in gather_objects(mine, env) for k, v in part.items()}
+    hashed = _hashed(directory, names, env)
     return [f"{n}: its SHA-256 differs from the manifest's" for n in names if hashed[n] != expected[n][1]]
 
 
