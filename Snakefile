@@ -29,3 +29,10 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         f"{RESULTS}/REPORT.md",
+
+
+# snakemake --profile slurm preflight: every distinct training job for a few steps at its maximum lengths, on
+# its own resources, before `all` (pacs preflight; README "On a cluster")
+rule preflight:
+    input:
+        [preflight_result(shape) for shape in PREFLIGHTS],

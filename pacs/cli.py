@@ -390,6 +390,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     return launch(args.config, args.out, job, args.nproc_per_node, args.nnodes)
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from pacs.train.preflight import PreflightError, preflight
+
+    spec = json.loads(args.spec.read_text())
+    launcher = [sys.executable, "-m", "pacs.cli", "train", "--nproc-per-node", str(args.nproc_per_node),
+                "--nnodes", str(args.nnodes), "--restart-on-change"]  # fmt: skip
+    try:
+        result = preflight(spec, args.out, launcher)
+    except PreflightError as e:
+        print(f"pacs preflight: FAILED: {e}", file=sys.stderr)
+        return 1
+    print((args.out / "preflight.md").read_text(), end="")
+    print(f"pacs preflight: {result['name']} passed; wrote {args.out / 'preflight.json'}")
+    return 0
+
+
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed")
     from pacs.data.toy import HELDOUT_SIZE, TRAIN_SIZE
@@ -584,6 +600,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="workflow config files, merged in order (default: config/config.yaml)")  # fmt: skip
     pl.add_argument("--out", type=Path, help="also write the plan (Markdown) here")
     pl.set_defaults(func=cmd_plan)
+
+    pf = verbs.add_parser("preflight", help="a few steps of a training job at its maximum lengths, on its resources")
+    pf.add_argument("--spec", type=Path, required=True, help="JSON the workflow writes (pacs.train.preflight)")
+    pf.add_argument("--out", type=Path, required=True, help="directory: preflight.json, preflight.md, run/, eval/")
+    pf.add_argument("--nproc-per-node", type=int, default=1, help="as pacs train: ranks per node (GPUs)")
+    pf.add_argument("--nnodes", type=int, default=1, help="as pacs train: nodes of the SLURM allocation")
+    pf.set_defaults(func=cmd_preflight)
 
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself")
     tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")

@@ -160,9 +160,79 @@ def eval_settings(config: dict, benchmark: str, runs: dict) -> dict:
 
 
 def plan(config: dict, runs: dict | None = None):
-    """The experiment's ``pacs.plan.Plan`` (memory, tokens, FLOPs and hours of every job)."""
+    """The experiment's ``pacs.plan.Plan`` (memory, tokens, FLOPs and hours of every job), with the
+    measurements of every preflight that ran under the current config in place of the default constants."""
     from pacs.plan.jobs import plan_experiment
 
     runs = run_configs(config) if runs is None else runs
     settings = {b: eval_settings(config, b, runs) for b in config["data"]["benchmarks"]}
-    return plan_experiment(config, runs, evaluations(config, runs), settings)
+    estimated = plan_experiment(config, runs, evaluations(config, runs), settings)
+    measured = measured_preflights(config, preflight_specs(config, runs, estimated))
+    if not measured:
+        return estimated
+    return plan_experiment(config, runs, evaluations(config, runs), settings, measured)
+
+
+# what a preflight of a run does not depend on: runs differing only in these share one (its spec has the
+# objective's needs in place of algorithm.options)
+PREFLIGHT_IGNORED = {"trainer": ("seed", "total_steps"), "logging": None, "checkpoint": None, "eval": None,
+                     "optim": None}  # fmt: skip
+
+
+def preflight_dir(config: dict, shape: str) -> str:
+    return f"{results_dir(config)}/preflight/{shape}"
+
+
+def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
+    """``{shape: spec}``: one preflight (``pacs.train.preflight``) per distinct training job shape, named after
+    the first of its runs (``<model>_<method>``); ``spec["runs"]`` names every run it stands for."""
+    from pacs.algorithms import get_objective
+
+    cal, steps = plan.calibration, int((config.get("preflight") or {}).get("steps", 2))
+    evaluated = evaluations(config, runs)
+    shapes: dict[str, dict] = {}
+    keys: dict[str, str] = {}
+    for (model, method), run in runs.items():
+        name = f"train/{model}/{method}"
+        objective = get_objective(run["algorithm"]["name"])
+        needs = objective.needs(from_dict(objective.config, run["algorithm"]["options"], "algorithm.options"))
+        shape = {}
+        for section, value in run.items():
+            ignored = PREFLIGHT_IGNORED.get(section, ())
+            if ignored is not None:
+                shape[section] = {k: v for k, v in value.items() if k not in ignored}
+        shape["algorithm"] = {"name": run["algorithm"]["name"], "needs": sorted(needs)}
+        benchmarks = sorted({e["benchmark"] for e in evaluated if (e["model"], e["method"]) == (model, method)})
+        settings = {b: eval_settings(config, b, runs) for b in benchmarks}
+        heaviest = max(benchmarks, key=lambda b: (settings[b]["max_tokens"], settings[b]["n"]), default=None)
+        job = plan.job(name)
+        spec = {
+            "steps": steps,
+            "memory": {"limit": cal.memory_bytes, "device": cal.gpu, "plan": job.peak_bytes,
+                       "update": job.memory["update"], "generate": job.memory["generate"]},  # fmt: skip
+            "eval": heaviest and {"benchmark": heaviest, "data": data_file(config, heaviest),
+                                  "settings": settings[heaviest]},  # fmt: skip
+        }
+        key = repr((sorted(shape.items()), sorted(spec.items())))
+        if key in keys:
+            shapes[keys[key]]["runs"].append(name)
+            continue
+        keys[key] = f"{model}_{method}"
+        shapes[keys[key]] = {"name": name, "runs": [name], "run": run, "model": model, "method": method,
+                             "keys": f"train (or methods.{method}.train)", **spec}  # fmt: skip
+    return shapes
+
+
+def measured_preflights(config: dict, specs: dict[str, dict]) -> dict[str, dict]:
+    """``{training job name: preflight.json}`` of every preflight that passed under its current spec."""
+    import json
+    from pathlib import Path
+
+    out = {}
+    for shape, spec in specs.items():
+        path = Path(preflight_dir(config, shape)) / "preflight.json"
+        if path.is_file():
+            found = json.loads(path.read_text())
+            if found.get("spec") == json.loads(json.dumps(spec)):
+                out.update({name: found for name in spec["runs"]})
+    return out

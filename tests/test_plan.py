@@ -13,6 +13,7 @@ from pacs import experiment
 from pacs.cli import main
 from pacs.config import ConfigError
 from pacs.models.shapes import model_config, model_shape
+from pacs.plan.jobs import format_plan
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -266,3 +267,39 @@ def test_pacs_bench_gpu_writes_a_calibration_that_the_plan_reads(tmp_path, capsy
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
     plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
     assert plan.calibration.train_mfu == data["train_mfu"] and plan.calibration.peak_flops == 1e12
+
+
+def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatch):
+    """One preflight per distinct training job shape (the paper's β sweep shares PACS's); a preflight.json
+    taken under the current spec gives its runs' start-up, step (at the maximum length) and checkpoint
+    seconds, hence hours and segments; one taken under another spec is ignored."""
+    monkeypatch.chdir(tmp_path)
+    config = experiment.merged(yaml.safe_load((REPO / "config/config.yaml").read_text()),
+                               {"resources": {"train": {"max_runtime": 2880}}})  # fmt: skip
+    runs = experiment.run_configs(config)
+    estimated = experiment.plan(config, runs)
+    specs = experiment.preflight_specs(config, runs, estimated)
+    assert len(runs) == 10 and len(specs) == 6
+    pacs = next(s for s in specs.values() if s["name"] == "train/qwen2.5-7b/pacs")
+    assert len(pacs["runs"]) > 1 and all(r.startswith("train/qwen2.5-7b/pacs") for r in pacs["runs"])
+    assert pacs["eval"]["settings"]["max_tokens"] == max(s["max_tokens"] for s in (
+        experiment.eval_settings(config, b, runs) for b in config["data"]["benchmarks"]))  # fmt: skip
+    shape = next(k for k, s in specs.items() if s is pacs)
+    measured = {"startup_s": 300.0, "step_s": 1200.0, "checkpoint_s": 900.0, "spec": pacs}
+    path = Path(experiment.preflight_dir(config, shape)) / "preflight.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(measured))
+    plan = experiment.plan(config, runs)
+    for name in pacs["runs"]:
+        job, before = plan.job(name), estimated.job(name)
+        assert job.seconds_longest == 300.0 + 300 * 1200.0
+        assert job.seconds / job.seconds_longest == pytest.approx(
+            (before.seconds - 600.0) / (before.seconds_longest - 600.0), rel=1e-3
+        )  # scaled to the mean length as the FLOPs model scales it
+        usable = 2880 * 60 - 300.0 - 1.5 * 900.0
+        assert plan.segments(name) == -(-((job.seconds - 300.0) * 1.5) // usable)
+    ppo = "train/qwen2.5-7b/ppo"
+    assert plan.job(ppo).seconds == estimated.job(ppo).seconds  # no preflight of its own yet
+    assert "Measured by pacs preflight (hours, runtime, segments): train/qwen2.5-7b/pacs" in format_plan(plan)
+    path.write_text(json.dumps({**measured, "spec": {**pacs, "steps": 3}}))
+    assert experiment.plan(config, runs).job(pacs["name"]).seconds == estimated.job(pacs["name"]).seconds

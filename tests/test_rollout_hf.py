@@ -50,3 +50,12 @@ def test_greedy_ignores_the_models_sampling_defaults(engine, prompts):
     assert greedy == again
     with pytest.raises(ValueError, match="greedy"):
         SamplingParams(n=2, temperature=0.0)
+
+
+def test_ignore_eos_samples_every_completion_to_its_maximum(engine, prompts):
+    """A preflight's worst case: where sampling stops at a stop token, with ignore_eos it goes on, and every
+    completion is max_tokens long."""
+    normal = engine.generate(prompts, SamplingParams(n=4, max_tokens=16, seed=0))
+    forced = engine.generate(prompts, SamplingParams(n=4, max_tokens=16, seed=0, ignore_eos=True))
+    assert any(c.finish_reason == "stop" for g in normal for c in g)
+    assert all(len(c.token_ids) == 16 and c.finish_reason == "length" for g in forced for c in g)

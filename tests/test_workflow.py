@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
+
+from pacs.train.segments import read_segments
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yaml")]
@@ -213,6 +217,25 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert "Differences between methods" in report and "| PACS − GRPO |" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
+    # one preflight per distinct training job shape (PACS w/o weight and PACS share one), passed before its
+    # runs started, every response at the maximum length; the plan then uses its measurements
+    preflights = {p.parent.name: json.loads(p.read_text()) for p in (results / "preflight").glob("*/preflight.json")}
+    assert set(preflights) == {"tiny_ppo", "tiny_grpo", "tiny_pacs", "tiny_pacs_beta_0.5"}
+    assert preflights["tiny_pacs"]["runs"] == ["train/tiny/pacs", "train/tiny/pacs_no_weight"]
+    assert preflights["tiny_pacs_beta_0.5"]["runs"] == ["train/tiny/pacs_beta_0.5", "train/tiny/pacs_beta_2"]
+    pacs_preflight = preflights["tiny_pacs"]
+    assert pacs_preflight["logprob_gap_first_step"]["rollout/logprob_gap_max"] < 1e-4  # vLLM, checked
+    assert len(pacs_preflight["steps"]) == 2 and pacs_preflight["eval"]["samples"] > 0
+    assert 0 < pacs_preflight["device_peak_bytes"][0] < pacs_preflight["limit_bytes"]
+    for shape, result in preflights.items():
+        ran = [json.loads(x) for x in (tiny_run / result["run_dir"] / "metrics.jsonl").read_text().splitlines()][1:]
+        assert all(r["response_length/mean"] == 16 for r in ran), shape  # rollout.max_response_length
+        first = min(read_segments(results / f"runs/{n.removeprefix('train/')}")[0]["time"]
+                    for n in result["runs"])  # fmt: skip
+        assert first > (results / "preflight" / shape / "preflight.json").stat().st_mtime
+    planned = subprocess.run([sys.executable, "-m", "pacs.cli", "plan", *configfiles(tiny_run)], cwd=tiny_run,
+                             capture_output=True, text=True)  # fmt: skip
+    assert "Measured by pacs preflight (hours, runtime, segments): train/tiny/ppo" in planned.stdout
     # snakemake --report: every table and figure, in a category per kind, labelled by model and benchmark
     done = snakemake(tiny_run, "--report", str(tiny_run / "report.zip"), "--configfile", *configfiles(tiny_run))
     assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr[-3000:]
@@ -232,13 +255,18 @@ def test_tiny_experiment_end_to_end(tiny_run):
     "change, expected",
     [
         # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks, and the
-        # toy task at step 20), the reports
+        # toy task at step 20), the reports; not its preflight, which the learning rate does not change
         (
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
             {"train_policy": 1, "evaluate_model": 6},
         ),  # fmt: skip
         # the evaluation N of one benchmark: its evaluations (base + 6 runs × 2 checkpoints), the reports
         ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 13}),
+        # what a preflight measures (here GRPO's micro-batches): its preflight too, before the training
+        (
+            {"methods": {"grpo": {"train": {"trainer": {"micro_batch_size": 4}}}}},
+            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 6},
+        ),  # fmt: skip
     ],
 )
 def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, change, expected):
@@ -257,6 +285,31 @@ def test_a_failed_job_fails_the_workflow_and_names_its_log(tmp_path):
     log = "results/tiny/logs/prepare_dataset/gsm8k.log"
     assert log in done.stdout + done.stderr
     assert "gsm8k_test.jsonl: no such file" in (tmp_path / log).read_text()
+
+
+@pytest.mark.slow
+def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(tiny_model, toy_data, tmp_path):
+    """The tiny config planned for a device of 0.3 GB (a calibration file): the plan's estimate fits, but the
+    preflight measures more, fails naming the run, the measurement and the keys to change, and the run's
+    training never starts."""
+    data = tmp_path / "results" / "tiny" / "data"
+    data.mkdir(parents=True)
+    for split in ("train", "heldout"):  # the workflow's toy data, and then its model, as if built already
+        shutil.copy(toy_data / f"{split}.parquet", data / f"toy_{split}.parquet")
+    shutil.copytree(tiny_model, tmp_path / "results" / "tiny" / "models" / "tiny")
+    calibration = tmp_path / "small.json"
+    calibration.write_text(json.dumps({"gpu": "0.3 GB device", "memory_bytes": 300_000_000, "overhead_bytes": 0,
+                                       "vllm_overhead_bytes": 0}))  # fmt: skip
+    small = overlay(tmp_path / "small.yaml", {"plan": {"calibration": str(calibration)}})
+    target = "results/tiny/runs/tiny/pacs/checkpoints/step_000040"
+    done = snakemake(tmp_path, "--cores", "2", target, "--configfile", str(REPO / "config" / "tiny.yaml"), small)
+    assert done.returncode != 0 and "preflight_job" in done.stdout + done.stderr
+    log = (tmp_path / "results/tiny/logs/preflight/tiny_pacs.log").read_text()
+    assert re.search(r"FAILED: train/tiny/pacs: rank 0 peaked at [\d.]+ GB resident .* more than the 0.3 GB of a "
+                     r"0.3 GB device \(the plan estimated [\d.]+ GB\); change train \(or methods.pacs.train\)"
+                     r"\.trainer\.", log), log[-3000:]  # fmt: skip
+    assert not (tmp_path / "results/tiny/runs").exists()
+    assert not (tmp_path / "results/tiny/preflight/tiny_pacs/preflight.json").exists()
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +383,57 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, t
         assert launches[0]["nproc_per_node"] == 2 and "torch.distributed.run" in launches[0]["command"]
         assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran
 
+
+
+@pytest.mark.slow
+def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_model, tmp_path):
+    """GRPO for 240 steps (about 2.5 minutes) under SLURM's shortest limit, one minute a job: each job reads its
+    end time from SLURM and stops in time with a checkpoint, Snakemake submits the next, and unattended the
+    run ends bitwise where the same run does in one uninterrupted process (trained meanwhile, beside it)."""
+    workdir = tmp_path / "segments"
+    workdir.mkdir()
+    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
+    del config["models"]["tiny"]["build"]
+    config["methods"] = {"grpo": config["methods"]["grpo"]}
+    config = merged(config, {"train": {"trainer": {"total_steps": 240}, "checkpoint": {"save_every": 120},
+                                       "eval": {"every": 0}},
+                             "eval": {"checkpoints": ["last"]},
+                             "resources": {"train": {"max_runtime": 1}}})  # fmt: skip
+    local = overlay(workdir / "segments.yaml", config)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "SBATCH_PARTITION": "debug", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    data = [f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout")]
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", *data,
+                           "--configfile", local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    run_config = "results/tiny/configs/run_tiny_grpo.yaml"
+    reference = subprocess.Popen([sys.executable, "-m", "pacs.train", "--config", run_config, "--out",
+                                  str(tmp_path / "reference")], cwd=workdir, env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+    target = "results/tiny/runs/tiny/grpo/checkpoints/step_000240"
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+               "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target, "--configfile", local]  # fmt: skip
+    done = subprocess.run(["timeout", "-k", "30", "1500", *command], capture_output=True, text=True, env=env)
+    assert reference.wait(timeout=900) == 0
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    run = workdir / "results" / "tiny" / "runs" / "tiny" / "grpo"
+    segments = read_segments(run)
+    starts = [s for s in segments if s["event"] == "start"]
+    stops = [s for s in segments if s["event"] == "stop"]
+    assert len(starts) >= 3 and len({s["slurm_job"] for s in starts}) == len(starts), segments
+    assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
+    assert all(s["end_time"] for s in starts)  # read from SLURM
+    assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
+    for stop, start in zip(stops, starts[1:], strict=False):
+        assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
+        assert stop["time"] < stop_end(starts, stop)  # stopped before SLURM's end time, not killed at it
+    ours = load_file(run / "checkpoints/step_000240/model.safetensors")
+    theirs = load_file(tmp_path / "reference/checkpoints/step_000240/model.safetensors")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert (run / "logs" / "jobs.log").read_text().count("stopped early (time limit)") == len(starts) - 1
+
+
+def stop_end(starts: list[dict], stop: dict) -> float:
+    """The end time of the job a stop record belongs to (the last start before it)."""
+    return [s for s in starts if s["time"] < stop["time"]][-1]["end_time"]

@@ -62,6 +62,9 @@ class Job:
     disk: dict = field(default_factory=dict)  # training: peak and final bytes under retention (plan.disk)
     seconds_longest: float | None = None  # training: every response at its maximum length
     max_runtime: int | None = None  # minutes a job may run (resources.train.max_runtime); None: no limit
+    # measured by the run's preflight (pacs.train.preflight), in place of the calibration's constants
+    startup_s: float | None = None
+    checkpoint_s: float | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -118,7 +121,11 @@ def step_flops(d: dict, run: dict, needs: frozenset, critic: bool, prompt: int, 
     return generate, update
 
 
-def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings, cal: Calibration) -> Job:
+def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings, cal: Calibration,
+                  measured: dict | None = None) -> Job:  # fmt: skip
+    """The job's memory, tokens and FLOPs; its hours from the calibration's MFUs, or from ``measured`` (its
+    preflight.json): the measured start-up, and steps of the measured seconds at the maximum response length,
+    scaled to the mean length by the FLOPs model's ratio of the two."""
     objective = get_objective(run["algorithm"]["name"])
     needs = objective.needs(from_dict(objective.config, run["algorithm"]["options"], "algorithm.options"))
     critic = objective.value_loss is not None
@@ -137,15 +144,18 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
-    if gpus:
 
-        def seconds(generate: float, update: float) -> float:
-            return cal.startup_s + steps * (generate / cal.generate_mfu + update / cal.train_mfu) / (
-                cal.peak_flops * gpus
-            )
+    def modeled(generate: float, update: float) -> float:  # seconds of one step
+        return (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * max(gpus, 1))
 
-        job.seconds = seconds(generate, update)
-        job.seconds_longest = seconds(*step_flops(d, run, needs, critic, prompt, r["max_response_length"]))
+    longest = modeled(*step_flops(d, run, needs, critic, prompt, r["max_response_length"]))
+    if measured:
+        job.startup_s, job.checkpoint_s = measured["startup_s"], measured["checkpoint_s"]
+        job.seconds_longest = job.startup_s + steps * measured["step_s"]
+        job.seconds = job.startup_s + steps * measured["step_s"] * modeled(generate, update) / longest
+    elif gpus:
+        job.seconds = cal.startup_s + steps * modeled(generate, update)
+        job.seconds_longest = cal.startup_s + steps * longest
     return job
 
 
@@ -166,30 +176,35 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
+MEMORY_FIXES = {"parameters": "trainer.strategy fsdp or more resources.train.gpu", "gradients": "trainer.strategy fsdp",
+                "optimizer": "trainer.strategy fsdp or more resources.train.gpu",
+                "reference": "trainer.strategy fsdp", "gathered": "trainer.compute_dtype bfloat16",
+                "activations": "trainer.gradient_checkpointing, trainer.max_tokens_per_micro_batch or "
+                               "trainer.micro_batch_size", "logits": "trainer.logprob_chunk_size",
+                "vllm (awake)": "rollout.vllm.sleep_level 1 or 2", "overhead": ""}  # fmt: skip
+
+
+def memory_fixes(phase: str, parts: dict, keys: str) -> str:
+    """The keys to change for a training job's ``phase`` (update or generate) over its GPU's memory: for the
+    update, those of its three largest ``parts`` (the plan's components); ``keys``: where the run's keys live."""
+    if phase == "generate":
+        return f"{keys}.rollout.vllm.gpu_memory_utilization, or trainer.strategy fsdp"
+    big = sorted(parts.items(), key=lambda kv: -kv[1])
+    return "; ".join(dict.fromkeys(f"{keys}.{MEMORY_FIXES[k]}" for k, v in big[:3] if v and MEMORY_FIXES.get(k)))
+
+
 def check_training(job: Job, cal: Calibration, keys: str) -> None:
     """Errors for a training job on GPUs that does not fit; ``keys``: where its run's keys live."""
     if not job.gpus:
         return
     limit = cal.memory_bytes
-    fixes = {"parameters": "trainer.strategy fsdp or more resources.train.gpu", "gradients": "trainer.strategy fsdp",
-             "optimizer": "trainer.strategy fsdp or more resources.train.gpu",
-             "reference": "trainer.strategy fsdp", "gathered": "trainer.compute_dtype bfloat16",
-             "activations": "trainer.gradient_checkpointing, trainer.max_tokens_per_micro_batch or "
-                            "trainer.micro_batch_size", "logits": "trainer.logprob_chunk_size",
-             "vllm (awake)": "rollout.vllm.sleep_level 1 or 2", "overhead": ""}  # fmt: skip
     for phase in ("update", "generate"):
         parts = job.memory[phase]
         total = sum(parts.values())
         if total > limit:
-            big = sorted(parts.items(), key=lambda kv: -kv[1])
-            listed = ", ".join(f"{k} {_gb(v)}" for k, v in big if v)
-            change = (
-                "; ".join(dict.fromkeys(f"{keys}.{fixes[k]}" for k, v in big[:3] if v and fixes.get(k)))
-                if (phase == "update")
-                else f"{keys}.rollout.vllm.gpu_memory_utilization, or trainer.strategy fsdp"
-            )
+            listed = ", ".join(f"{k} {_gb(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v)
             job.errors.append(f"{job.name}: the {phase} phase needs {_gb(total)} per GPU ({listed}), more than the "
-                              f"{_gb(limit)} of a {cal.gpu}; change {change}")  # fmt: skip
+                              f"{_gb(limit)} of a {cal.gpu}; change {memory_fixes(phase, parts, keys)}")  # fmt: skip
     _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 
@@ -220,7 +235,7 @@ class Plan:
     def segments(self, name: str) -> int:
         job = self.job(name)
         cal = self.calibration
-        return job.segments(self.settings.runtime_margin, cal.startup_s, checkpoint_seconds(job, cal))
+        return job.segments(self.settings.runtime_margin, startup_seconds(job, cal), checkpoint_seconds(job, cal))
 
     @property
     def disk_bytes(self) -> int:
@@ -228,9 +243,11 @@ class Plan:
         return sum(j.disk.get("peak", 0) for j in self.jobs)
 
 
-def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict) -> Plan:
+def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict,
+                    measured: dict | None = None) -> Plan:  # fmt: skip
     """The plan of a workflow config: ``runs`` {(model, method): resolved run config}, ``evaluations`` and
-    ``eval_settings`` {benchmark: resolved evaluation config} as pacs.experiment gives them."""
+    ``eval_settings`` {benchmark: resolved evaluation config} as pacs.experiment gives them; ``measured``
+    {training job name: its preflight.json}."""
     from pacs.models.shapes import model_shape
     from pacs.plan.calibration import load_calibration
 
@@ -247,14 +264,15 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
     jobs = []
     max_runtime = {**resources.get("default", {}), **resources.get("train", {})}.get("max_runtime")
     for (model, method), run in runs.items():
-        job = plan_training(f"train/{model}/{method}", shapes[model], run, gpus("train"), settings, cal)
+        name = f"train/{model}/{method}"
+        job = plan_training(name, shapes[model], run, gpus("train"), settings, cal, (measured or {}).get(name))
         check_training(job, cal, f"train (or methods.{method}.train)")
         kept = {e["step"] for e in evaluations if (e["model"], e["method"]) == (model, method)}
         job.disk = run_disk_bytes(job.checkpoint, run, sorted(kept | set(run["checkpoint"]["keep_weights"] or ())))
         job.max_runtime = max_runtime
-        if job.segments(settings.runtime_margin, cal.startup_s, checkpoint_seconds(job, cal)) == 0:
+        if job.segments(settings.runtime_margin, startup_seconds(job, cal), checkpoint_seconds(job, cal)) == 0:
             job.errors.append(f"{job.name}: resources.train.max_runtime {max_runtime} min leaves no time to train "
-                              f"after the job's startup ({cal.startup_s:.0f} s) and a checkpoint "
+                              f"after the job's startup ({startup_seconds(job, cal):.0f} s) and a checkpoint "
                               f"({checkpoint_seconds(job, cal):.0f} s); raise it")  # fmt: skip
         jobs.append(job)
     for e in evaluations:
@@ -279,7 +297,13 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
 
 
 def checkpoint_seconds(job: Job, cal: Calibration) -> float:
+    if job.checkpoint_s is not None:
+        return job.checkpoint_s
     return sum(job.checkpoint.values()) / cal.checkpoint_bytes_per_s
+
+
+def startup_seconds(job: Job, cal: Calibration) -> float:
+    return job.startup_s if job.startup_s is not None else cal.startup_s
 
 
 def format_plan(plan: Plan) -> str:
@@ -311,6 +335,10 @@ def format_plan(plan: Plan) -> str:
               "", f"Disk: checkpoints peak at {_gb(plan.disk_bytes)} if every run trains at once, and "
               f"{_gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
               + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
+    measured = [j.name for j in plan.jobs if j.startup_s is not None]
+    if measured:
+        lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "
+                  "job from the constants above."]  # fmt: skip
     seen = set()
     for j in plan.jobs:
         key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),

@@ -27,6 +27,9 @@ class SamplingParams:
     # prompts; calls whose seed blocks do not overlap (rollout_seed, eval_seed) share no seed
     seed: int | None = None
     logprobs: bool = False  # return each sampled token's log-prob (Completion.logprobs) where the engine can
+    # sample on past stop tokens: every completion is max_tokens long, its finish_reason "length" (a
+    # preflight's worst case for memory and time); the distribution sampled from is unchanged
+    ignore_eos: bool = False
 
     def __post_init__(self):
         if self.n < 1 or self.max_tokens < 1:

@@ -37,12 +37,12 @@ class HFEngine:
             top_k=None if greedy else 0,
             max_new_tokens=params.max_tokens,
             num_return_sequences=params.n,
-            eos_token_id=self.stop_token_ids,
+            eos_token_id=[] if params.ignore_eos else self.stop_token_ids,  # None would take the model's
             pad_token_id=self.pad_token_id,
         )
 
-    def _complete(self, new_tokens: list[int]) -> Completion:
-        stops = [i for i, t in enumerate(new_tokens) if t in self.stop_token_ids]
+    def _complete(self, new_tokens: list[int], ignore_eos: bool = False) -> Completion:
+        stops = [] if ignore_eos else [i for i, t in enumerate(new_tokens) if t in self.stop_token_ids]
         ids = tuple(new_tokens[: stops[0] + 1]) if stops else tuple(new_tokens)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(ids, text, "stop" if stops else "length")
@@ -69,7 +69,7 @@ class HFEngine:
                 )
                 new = sequences[:, width:].tolist()
                 for i in range(len(chunk)):
-                    out.append([self._complete(new[i * params.n + j]) for j in range(params.n)])
+                    out.append([self._complete(new[i * params.n + j], params.ignore_eos) for j in range(params.n)])
         self.model.train(was_training)
         return out
 

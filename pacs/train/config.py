@@ -45,6 +45,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0  # below 1 the engine's log-probs are of the nucleus; see max_logprob_gap
     max_response_length: int = 4096  # new tokens per sample
+    ignore_eos: bool = False  # every sample runs to max_response_length (pacs preflight sets it: the worst case)
     prompt_batch_size: int = 64  # hf: prompts per generate call (vllm takes a rank's prompts at once)
     vllm: VLLMRolloutOptions = field(default_factory=VLLMRolloutOptions)  # engine options (config/README.md)
     # stop when the mean |engine log-prob - trainer log-prob| over a step's response tokens exceeds this

@@ -101,6 +101,7 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
         max_tokens=config.rollout.max_response_length,
         seed=rollout_seed(config.trainer.seed, step, env.rank),
         logprobs=True,
+        ignore_eos=config.rollout.ignore_eos,
     )
     completions = engine.generate(token_ids, params)
     timer["generate"] = time.perf_counter()

@@ -149,4 +149,8 @@ class Segment:
         return "time limit" if short else ""
 
     def stop(self, step: int, reason: str) -> None:
-        self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s)
+        """On every rank (it gathers each rank's peak memory): the job ends here, saved at ``step``."""
+        from pacs.train.records import rank_peaks
+
+        self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
+                     peak_gb=rank_peaks(self.env))  # fmt: skip

@@ -108,6 +108,17 @@ if workflow.is_main_process:
 if PLAN.errors:
     raise ConfigError("config: jobs that do not fit their GPU (pacs plan):\n" + "\n".join(PLAN.errors))
 
+# One preflight per distinct training job shape (pacs preflight): a run's training needs its shape's to pass;
+# a spec that changes (the run's config, the plan's memory, the evaluation it tries) reruns it
+PREFLIGHTS = experiment.preflight_specs(config, RUN_CONFIGS, PLAN)
+PREFLIGHT_OF = {tuple(name.split("/")[1:]): shape for shape, spec in PREFLIGHTS.items() for name in spec["runs"]}
+for shape, spec in PREFLIGHTS.items():
+    write_if_changed(f"{CONFIGS}/preflight_{shape}.json", json.dumps(spec, indent=1))
+
+
+def preflight_result(shape):
+    return f"{experiment.preflight_dir(config, shape)}/preflight.json"
+
 
 def planned_runtime(kind):
     """A GPU rule's runtime in minutes from the plan, for each job (train or evaluate)."""
@@ -152,8 +163,11 @@ def resources(kind):
 
 
 # A training job that stops for its time limit or a signal exits with EXIT_STOPPED and is submitted again,
-# only if it stopped as planned after at least one step (continue_run); so no run needs more attempts than steps
+# only if it stopped as planned after at least one step (continue_run); so no run needs more attempts than steps.
+# Only the main Snakemake retries: the one a SLURM job runs inside (remote) would otherwise rerun the job
+# there, past the allocation's end time, instead of submitting a new one
 TRAIN_RETRIES = max((run["trainer"]["total_steps"] for run in RUN_CONFIGS.values()), default=1)
+TRAIN_RETRIES = TRAIN_RETRIES if workflow.is_main_process else 0
 
 
 def continue_run(wildcards, attempt):
@@ -190,12 +204,28 @@ def prepare_inputs(dataset):
     return built_model(DATA["tokenizer"]) if "max_prompt_length" in options else []
 
 
-def train_launcher():
-    """`pacs train` starts torchrun itself: one per node, each over that node's GPUs (pacs.train.launch)."""
+def train_launcher(verb="train"):
+    """`pacs train` (and `pacs preflight`) starts torchrun itself: one per node, each over that node's GPUs
+    (pacs.train.launch)."""
     spec = config["resources"].get("train", {})
     nodes = int(spec.get("nodes") or 1)
     per_node = int(spec.get("gpu") or 0) // nodes
-    return f"pacs train --nproc-per-node {max(per_node, 1)} --nnodes {nodes}"
+    return f"pacs {verb} --nproc-per-node {max(per_node, 1)} --nnodes {nodes}"
+
+
+def preflight_resources():
+    """A training job's resources, for preflight.runtime minutes (within max_runtime)."""
+    spec = resources("train")
+    limit = {**config["resources"].get("default", {}), **config["resources"].get("train", {})}.get("max_runtime")
+    runtime = int((config.get("preflight") or {}).get("runtime", 30))
+    return {**spec, "runtime": min(runtime, limit) if limit else runtime}
+
+
+def preflight_inputs(w):
+    """The data its run trains on, the benchmark it evaluates one chunk of, and a built model."""
+    spec = PREFLIGHTS[w.shape]
+    return [*spec["run"]["data"]["train_files"], *([spec["eval"]["data"]] if spec["eval"] else []),
+            *built_model(spec["model"])]  # fmt: skip
 
 
 def evaluated_model(w):

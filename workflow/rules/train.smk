@@ -1,12 +1,36 @@
-# One training run per (model, method); its output is the final checkpoint. Earlier checkpoints are
+# A preflight per distinct training job shape (pacs preflight: a few steps at the maximum lengths, on the
+# job's own resources); `snakemake preflight` runs them all. One training run per (model, method), after its
+# shape's preflight passed; its output is the final checkpoint. Earlier checkpoints are
 # not declared, so a failed or killed run resumes from them when the rule runs again. A run longer than
 # resources.train.max_runtime runs as consecutive jobs (retries); Snakemake empties {log} before each, so
 # every job's output is also appended to the run's logs/jobs.log.
 
 
+rule preflight_job:
+    input:
+        spec=f"{CONFIGS}/preflight_{{shape}}.json",
+        needs=preflight_inputs,
+    output:
+        f"{RESULTS}/preflight/{{shape}}/preflight.json",
+    params:
+        out=lambda w: experiment.preflight_dir(config, w.shape),
+        launcher=train_launcher("preflight"),
+    log:
+        f"{LOGS}/preflight/{{shape}}.log",
+    threads: int(resources("train").get("cpus_per_task", 1))
+    resources:
+        **preflight_resources(),
+    conda:
+        ENV
+    shell:
+        "{params.launcher} --spec {input.spec} --out {params.out} > {log} 2>&1"
+
+
 rule train_policy:
     input:
         config=f"{CONFIGS}/run_{{model}}_{{method}}.yaml",
+        # passed once: a preflight rerun later (its spec changed) does not retrain a finished run
+        preflight=ancient(lambda w: preflight_result(PREFLIGHT_OF[(w.model, w.method)])),
         data=lambda w: [data_file(DATA["train"])] + ([data_file(DATA["heldout"])] if DATA.get("heldout") else []),
         model=lambda w: built_model(w.model),
     output:
