@@ -223,6 +223,11 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
     return shapes
 
 
+def preflight_of(specs: dict[str, dict]) -> dict[tuple[str, str], str]:
+    """``{(model, method): shape}``: the preflight each run's training needs."""
+    return {tuple(name.split("/")[1:]): shape for shape, spec in specs.items() for name in spec["runs"]}
+
+
 def measured_preflights(config: dict, specs: dict[str, dict]) -> dict[str, dict]:
     """``{training job name: preflight.json}`` of every preflight that passed under its current spec."""
     import json

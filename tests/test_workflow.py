@@ -61,6 +61,7 @@ def test_the_paper_dry_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert job_counts(done.stdout + done.stderr) == {
         "prepare_dataset": 5,  # deepscaler and four benchmarks
+        "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
         "train_policy": 10,  # 2 models × 5 methods
         "evaluate_model": 48,  # 2 models × (base + 5 runs) × 4 benchmarks
         "collect_pass_at_k": 1,
@@ -83,6 +84,8 @@ def test_the_paper_dry_run(tmp_path):
     runtime = int(re.search(r"\| train/qwen2.5-7b/pacs \|(?:[^|]*\|){8} (\d+) \|", plan).group(1))
     job = done.stdout.split("wildcards: model=qwen2.5-7b, method=pacs, step=000300")[1].split("\n")[1]
     assert f"runtime={runtime}," in job and "gpu=8" in job
+    preflight = done.stdout.split("wildcards: shape=qwen2.5-7b_pacs")[1].split("\n")[1]
+    assert "runtime=30," in preflight and "gpu=8" in preflight  # the training job's GPUs, preflight.runtime
 
 
 def test_the_paper_v2_dry_run(tmp_path):
@@ -94,6 +97,7 @@ def test_the_paper_v2_dry_run(tmp_path):
     evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20))  # benchmarks × (bases + runs × checkpoints)
     assert job_counts(done.stdout + done.stderr) == {
         "prepare_dataset": 6,
+        "preflight_job": 6,  # PACS w/o weight shares PACS's
         "train_policy": 8,
         "evaluate_model": evaluations,
         "collect_pass_at_k": 1,

@@ -111,7 +111,7 @@ if PLAN.errors:
 # One preflight per distinct training job shape (pacs preflight): a run's training needs its shape's to pass;
 # a spec that changes (the run's config, the plan's memory, the evaluation it tries) reruns it
 PREFLIGHTS = experiment.preflight_specs(config, RUN_CONFIGS, PLAN)
-PREFLIGHT_OF = {tuple(name.split("/")[1:]): shape for shape, spec in PREFLIGHTS.items() for name in spec["runs"]}
+PREFLIGHT_OF = experiment.preflight_of(PREFLIGHTS)
 for shape, spec in PREFLIGHTS.items():
     write_if_changed(f"{CONFIGS}/preflight_{shape}.json", json.dumps(spec, indent=1))
 
