@@ -185,7 +185,12 @@ def preflight_dir(config: dict, shape: str) -> str:
 
 def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
     """``{shape: spec}``: one preflight (``pacs.train.preflight``) per distinct training job shape, named after
-    the first of its runs (``<model>_<method>``); ``spec["runs"]`` names every run it stands for."""
+    the first of its runs (``<model>_<method>``); ``spec["runs"]`` names every run it stands for, and
+    ``spec["key"]`` (a hash of the run as it trains, seeds, steps and the rest of ``PREFLIGHT_IGNORED`` aside)
+    changes exactly when its training measurements may. Its memory limit and evaluation chunk are not in it."""
+    import hashlib
+    import json
+
     from pacs.algorithms import get_objective
 
     cal, steps = plan.calibration, int((config.get("preflight") or {}).get("steps", 2))
@@ -213,13 +218,14 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
             "eval": heaviest and {"benchmark": heaviest, "data": data_file(config, heaviest),
                                   "settings": settings[heaviest]},  # fmt: skip
         }
-        key = repr((sorted(shape.items()), sorted(spec.items())))
+        key = json.dumps(shape, sort_keys=True)  # what it trains: a change reruns it (README, "Preflight")
         if key in keys:
             shapes[keys[key]]["runs"].append(name)
             continue
         keys[key] = f"{model}_{method}"
         shapes[keys[key]] = {"name": name, "runs": [name], "run": run, "model": model, "method": method,
-                             "keys": f"train (or methods.{method}.train)", **spec}  # fmt: skip
+                             "keys": f"train (or methods.{method}.train)", **spec,
+                             "key": hashlib.sha256(key.encode()).hexdigest()}  # fmt: skip
     return shapes
 
 
@@ -229,7 +235,7 @@ def preflight_of(specs: dict[str, dict]) -> dict[tuple[str, str], str]:
 
 
 def measured_preflights(config: dict, specs: dict[str, dict]) -> dict[str, dict]:
-    """``{training job name: preflight.json}`` of every preflight that passed under its current spec."""
+    """``{training job name: preflight.json}`` of every preflight that passed under a spec of the current key."""
     import json
     from pathlib import Path
 
@@ -238,6 +244,6 @@ def measured_preflights(config: dict, specs: dict[str, dict]) -> dict[str, dict]
         path = Path(preflight_dir(config, shape)) / "preflight.json"
         if path.is_file():
             found = json.loads(path.read_text())
-            if found.get("spec") == json.loads(json.dumps(spec)):
+            if found.get("spec", {}).get("key") == spec["key"]:
                 out.update({name: found for name in spec["runs"]})
     return out

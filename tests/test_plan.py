@@ -301,5 +301,10 @@ def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatc
     ppo = "train/qwen2.5-7b/ppo"
     assert plan.job(ppo).seconds == estimated.job(ppo).seconds  # no preflight of its own yet
     assert "Measured by pacs preflight (hours, runtime, segments): train/qwen2.5-7b/pacs" in format_plan(plan)
-    path.write_text(json.dumps({**measured, "spec": {**pacs, "steps": 3}}))
+    longer = experiment.merged(config, {"train": {"rollout": {"max_response_length": 8192}}})
+    other = experiment.preflight_specs(longer, experiment.run_configs(longer), experiment.plan(longer))[shape]
+    assert other["key"] != pacs["key"]  # what the preflight measures changed: its measurements no longer count
+    path.write_text(json.dumps({**measured, "spec": other}))
     assert experiment.plan(config, runs).job(pacs["name"]).seconds == estimated.job(pacs["name"]).seconds
+    lr = experiment.merged(config, {"train": {"optim": {"lr": 1e-5}}})  # a learning rate does not change them
+    assert experiment.preflight_specs(lr, experiment.run_configs(lr), estimated)[shape]["key"] == pacs["key"]

@@ -221,11 +221,11 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert "Differences between methods" in report and "| PACS − GRPO |" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
-    # one preflight per distinct training job shape (PACS w/o weight and PACS share one), passed before its
-    # runs started, every response at the maximum length; the plan then uses its measurements
+    # one preflight per distinct training job shape (the two β share one; PACS samples with vLLM here, PACS w/o
+    # weight with transformers), passed before its runs started, every response at the maximum length; the
+    # plan then uses its measurements
     preflights = {p.parent.name: json.loads(p.read_text()) for p in (results / "preflight").glob("*/preflight.json")}
-    assert set(preflights) == {"tiny_ppo", "tiny_grpo", "tiny_pacs", "tiny_pacs_beta_0.5"}
-    assert preflights["tiny_pacs"]["runs"] == ["train/tiny/pacs", "train/tiny/pacs_no_weight"]
+    assert set(preflights) == {"tiny_ppo", "tiny_grpo", "tiny_pacs", "tiny_pacs_beta_0.5", "tiny_pacs_no_weight"}
     assert preflights["tiny_pacs_beta_0.5"]["runs"] == ["train/tiny/pacs_beta_0.5", "train/tiny/pacs_beta_2"]
     pacs_preflight = preflights["tiny_pacs"]
     assert pacs_preflight["logprob_gap_first_step"]["rollout/logprob_gap_max"] < 1e-4  # vLLM, checked

@@ -108,16 +108,34 @@ if workflow.is_main_process:
 if PLAN.errors:
     raise ConfigError("config: jobs that do not fit their GPU (pacs plan):\n" + "\n".join(PLAN.errors))
 
-# One preflight per distinct training job shape (pacs preflight): a run's training needs its shape's to pass;
-# a spec that changes (the run's config, the plan's memory, the evaluation it tries) reruns it
+# One preflight per distinct training job shape (pacs preflight). Its spec is written again only when its key
+# changes (the run as it trains; not a learning rate, a seed, evaluation settings or the memory limit), which
+# reruns it. A run's training waits for its preflight; once one passed under the current key, the dependency
+# is ancient, so that a preflight run again never makes a trained run train again
 PREFLIGHTS = experiment.preflight_specs(config, RUN_CONFIGS, PLAN)
 PREFLIGHT_OF = experiment.preflight_of(PREFLIGHTS)
+PASSED = experiment.measured_preflights(config, PREFLIGHTS)
 for shape, spec in PREFLIGHTS.items():
-    write_if_changed(f"{CONFIGS}/preflight_{shape}.json", json.dumps(spec, indent=1))
+    written = Path(f"{CONFIGS}/preflight_{shape}.json")
+    if not written.exists() or json.loads(written.read_text()).get("key") != spec["key"]:
+        write_if_changed(written, json.dumps(spec, indent=1))
 
 
 def preflight_result(shape):
     return f"{experiment.preflight_dir(config, shape)}/preflight.json"
+
+
+def passed(files, shape):
+    """``files`` as they are, or ancient once ``shape``'s preflight passed under the current key: then neither
+    a new input of the preflight (data prepared again) nor its rerun makes anything run again. Always the same
+    files either way: Snakemake reruns a job whose set of inputs changed."""
+    return [ancient(f) for f in files] if PREFLIGHTS[shape]["runs"][0] in PASSED else files
+
+
+def preflight_needed(w):
+    """The preflight a run's training waits for."""
+    shape = PREFLIGHT_OF[(w.model, w.method)]
+    return passed([preflight_result(shape)], shape)
 
 
 def planned_runtime(kind):
@@ -222,10 +240,11 @@ def preflight_resources():
 
 
 def preflight_inputs(w):
-    """The data its run trains on, the benchmark it evaluates one chunk of, and a built model."""
+    """Its spec, the data its run trains on, every benchmark (it evaluates one chunk of the heaviest, which a
+    change of n may make another one), and a built model."""
     spec = PREFLIGHTS[w.shape]
-    return [*spec["run"]["data"]["train_files"], *([spec["eval"]["data"]] if spec["eval"] else []),
-            *built_model(spec["model"])]  # fmt: skip
+    files = [*spec["run"]["data"]["train_files"], *map(data_file, BENCHMARKS), *built_model(spec["model"])]
+    return passed([f"{CONFIGS}/preflight_{w.shape}.json", *files], w.shape)
 
 
 def evaluated_model(w):

@@ -8,11 +8,11 @@
 
 rule preflight_job:
     input:
-        spec=f"{CONFIGS}/preflight_{{shape}}.json",
-        needs=preflight_inputs,
+        preflight_inputs,
     output:
         f"{RESULTS}/preflight/{{shape}}/preflight.json",
     params:
+        spec=lambda w: f"{CONFIGS}/preflight_{w.shape}.json",
         out=lambda w: experiment.preflight_dir(config, w.shape),
         launcher=train_launcher("preflight"),
     log:
@@ -23,14 +23,13 @@ rule preflight_job:
     conda:
         ENV
     shell:
-        "{params.launcher} --spec {input.spec} --out {params.out} > {log} 2>&1"
+        "{params.launcher} --spec {params.spec} --out {params.out} > {log} 2>&1"
 
 
 rule train_policy:
     input:
         config=f"{CONFIGS}/run_{{model}}_{{method}}.yaml",
-        # passed once: a preflight rerun later (its spec changed) does not retrain a finished run
-        preflight=ancient(lambda w: preflight_result(PREFLIGHT_OF[(w.model, w.method)])),
+        preflight=preflight_needed,
         data=lambda w: [data_file(DATA["train"])] + ([data_file(DATA["heldout"])] if DATA.get("heldout") else []),
         model=lambda w: built_model(w.model),
     output:
