@@ -195,6 +195,7 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
 
     cal, steps = plan.calibration, int((config.get("preflight") or {}).get("steps", 2))
     evaluated = evaluations(config, runs)
+    settings = {b: eval_settings(config, b, runs) for b in config["data"]["benchmarks"]}
     shapes: dict[str, dict] = {}
     keys: dict[str, str] = {}
     for (model, method), run in runs.items():
@@ -208,7 +209,6 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
                 shape[section] = {k: v for k, v in value.items() if k not in ignored}
         shape["algorithm"] = {"name": run["algorithm"]["name"], "needs": sorted(needs)}
         benchmarks = sorted({e["benchmark"] for e in evaluated if (e["model"], e["method"]) == (model, method)})
-        settings = {b: eval_settings(config, b, runs) for b in benchmarks}
         heaviest = max(benchmarks, key=lambda b: (settings[b]["max_tokens"], settings[b]["n"]), default=None)
         job = plan.job(name)
         spec = {

@@ -16,23 +16,27 @@ from pacs.train.distributed import DistEnv, all_reduce, gather_objects
 from pacs.verify import status_counts
 
 
-def peak_memory(env: DistEnv) -> dict:
-    """The largest peak resident memory (and, on GPU, peak allocated CUDA memory) of any rank so far, GB."""
-    values = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0]  # Linux reports KiB
-    if torch.cuda.is_available():
-        values.append(float(torch.cuda.max_memory_allocated()))
-    peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
-    return {"memory/peak_rss_gb": peak[0] / 1e9, **({"memory/peak_gpu_gb": peak[1] / 1e9} if len(peak) > 1 else {})}
-
-
-def rank_peaks(env: DistEnv) -> list[dict]:
-    """Every rank's peak memory so far, GB, in rank order: resident (``rss``) and, on a GPU, what torch allocated
-    and reserved (``gpu_reserved``: what an out-of-memory error counts; a sleeping vLLM's pool is apart)."""
-    mine = {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}
+def own_peaks() -> dict:
+    """This process's peak memory so far, GB: resident (``rss``) and, on a GPU, what torch allocated and
+    reserved (``gpu_reserved``: what an out-of-memory error counts; a sleeping vLLM's pool is apart)."""
+    mine = {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}  # Linux reports KiB
     if torch.cuda.is_available():
         mine["gpu_allocated"] = torch.cuda.max_memory_allocated() / 1e9
         mine["gpu_reserved"] = torch.cuda.max_memory_reserved() / 1e9
-    return gather_objects(mine, env)
+    return mine
+
+
+def peak_memory(env: DistEnv) -> dict:
+    """The largest peak resident memory (and, on GPU, peak allocated CUDA memory) of any rank so far, GB."""
+    mine = own_peaks()
+    values = [mine["rss"], *([mine["gpu_allocated"]] if "gpu_allocated" in mine else [])]
+    peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
+    return {"memory/peak_rss_gb": peak[0], **({"memory/peak_gpu_gb": peak[1]} if len(peak) > 1 else {})}
+
+
+def rank_peaks(env: DistEnv) -> list[dict]:
+    """Every rank's ``own_peaks``, in rank order (a collective)."""
+    return gather_objects(own_peaks(), env)
 
 
 def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
