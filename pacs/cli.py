@@ -89,7 +89,17 @@ def _shape_overrides(items: list[str]) -> dict:
     return overrides
 
 
+UPDATE_VARIANTS = {  # pacs bench update --variants: trainer options over the command's own
+    "padded": {"pack_sequences": False},
+    "packed": {"pack_sequences": True},
+    "padded-unshared": {"pack_sequences": False, "share_prompt": False},
+    "packed-unshared": {"pack_sequences": True, "share_prompt": False},
+    "packed-compiled": {"pack_sequences": True, "compile": True},
+}
+
+
 def cmd_bench_update(args: argparse.Namespace) -> int:
+    from pacs.bench.profile import format_families
     from pacs.bench.update import run_update_bench
 
     overrides = _shape_overrides(args.set)
@@ -98,20 +108,26 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
         "gradient_checkpointing": args.gradient_checkpointing,
         "logprob_chunk_size": None if args.logprob_chunk_size == "none" else int(args.logprob_chunk_size),
     }
+    variants = {v: UPDATE_VARIANTS[v] for v in args.variants} if args.variants else None
     report = run_update_bench(args.shape, overrides, args.strategies, args.nproc, trainer, args.rows,
-                              args.prompt_length, args.response_length, args.steps, args.peak_flops)  # fmt: skip
+                              args.prompt_length, args.response_length, args.steps, args.peak_flops, variants,
+                              group_size=args.group_size, lengths=args.lengths, profile=args.profile)  # fmt: skip
     atomic_write_json(args.out, report)
     first = report["results"][0]
     print(
         f"{first['shape']} {first['overrides']}: {first['parameters'] / 1e6:.1f} M parameters; per rank "
-        f"{first['rows_per_rank']} × ({first['prompt_length']} + {first['response_length']}) tokens"
+        f"{first['rows_per_rank']} rows in groups of {first['group_size']}, prompt {first['prompt_length']}, "
+        f"responses {first['lengths']} up to {first['response_length']} tokens"
     )
-    header = f"{'strategy':8s} {'ranks':>5s} {'state GB/rank':>13s} {'peak GB (max rank)':>18s}"
-    print(f"{header} {'s/step':>7s} {'tok/s':>8s}")
+    header = f"{'variant':16s} {'strategy':8s} {'ranks':>5s} {'state GB/rank':>13s} {'peak GB (max rank)':>18s}"
+    print(f"{header} {'s/step':>7s} {'tok/s':>8s} {'padding':>7s}" + (" MFU (attn)" if args.peak_flops else ""))
     for r in report["results"]:
         peak = max(x["peak_bytes"] for x in r["ranks"])
-        print(f"{r['strategy']:8s} {r['world_size']:5d} {r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} "
-              f"{r['step_s']:7.2f} {r['tokens_per_s']:8.0f}")  # fmt: skip
+        mfu = f" {r['mfu']:.3f} ({r['mfu_attention']:.3f})" if "mfu" in r else ""
+        print(f"{r['variant']:16s} {r['strategy']:8s} {r['world_size']:5d} {r['state_bytes_per_rank'] / 1e9:13.2f} "
+              f"{peak / 1e9:18.2f} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r['padding_share']:7.1%}{mfu}")
+        if "profile" in r:
+            print(format_families(r["profile"]))
     print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
     return 0
 
@@ -489,6 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--gradient-checkpointing", action="store_true")
     bu.add_argument("--logprob-chunk-size", default="1024", help="positions per chunk; none: full logits")
     bu.add_argument("--peak-flops", type=float, help="per device, for MFU (H100 bf16 dense: 989e12)")
+    bu.add_argument("--group-size", type=int, default=1, help="rows per prompt (rollout.n); --rows a multiple")
+    bu.add_argument("--lengths", default="fixed", choices=["fixed", "deepscaler"],
+                    help="response lengths: all the maximum, or DeepScaleR's (pacs.bench.lengths)")
+    bu.add_argument("--variants", nargs="*", choices=sorted(UPDATE_VARIANTS), help="trainer options compared")
+    bu.add_argument("--profile", action="store_true", help="one more step under torch.profiler, by kernel family")
     bu.add_argument("--out", type=Path, default=Path("results/bench/update.json"))
     bu.set_defaults(func=cmd_bench_update)
     bg = what.add_parser("gpu", help="this GPU's training and generation throughput: a calibration file for the plan")

@@ -5,7 +5,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl",
-              "beyondaime.jsonl")  # fmt: skip
+              "beyondaime.jsonl", "deepscaler_subset803.json")  # fmt: skip
 
 
 @pytest.fixture(scope="session")

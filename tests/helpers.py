@@ -21,7 +21,8 @@ from pacs.rollout.hf import HFEngine
 from pacs.train.batch import rollout_batch, token_logprobs, token_values
 from pacs.train.distributed import DistEnv, full_tensors, init_distributed, wrap
 from pacs.train.logprobs import PolicyScorer
-from pacs.train.loop import forward_pass, prepare_whole_batch, update
+from pacs.train.loop import prepare_whole_batch
+from pacs.train.minibatch import forward_pass, update
 from pacs.train.packing import fixed_plan
 from pacs.train.rollouts import rank_share
 

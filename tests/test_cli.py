@@ -46,3 +46,34 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
     assert code == 2
     assert "gsm8k_test.jsonl: no such file" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_bench_update_measures_padded_and_packed_rows_on_ragged_lengths(tmp_path, capsys):
+    """Rows in groups with DeepScaleR's response lengths: the padded layout computes padding, the packed one
+    none, both the same row tokens; the FLOPs split into linear layers and attention; a profile by family."""
+    out = tmp_path / "update.json"
+    args = ["bench", "update", "--shape", "qwen2.5-0.5b", "--set", "num_hidden_layers=1", "hidden_size=64",
+            "intermediate_size=128", "num_attention_heads=2", "num_key_value_heads=1", "vocab_size=512",
+            "--strategies", "single", "--rows", "8", "--group-size", "4", "--prompt-length", "16",
+            "--response-length", "64", "--lengths", "deepscaler", "--steps", "2", "--variants", "padded", "packed",
+            "--profile", "--peak-flops", "1e12", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    padded, packed = json.loads(out.read_text())["results"]
+    assert (padded["variant"], packed["variant"]) == ("padded", "packed")
+    assert padded["padding_share"] > 0.1 and packed["padding_share"] == 0
+    work = [r["ranks"][0]["work"] for r in (padded, packed)]
+    assert work[0]["row_tokens"] == work[1]["row_tokens"] == 8 * 16 + work[0]["response_tokens"]
+    assert work[0]["needed_positions"] == work[1]["needed_positions"] == 2 * 16 + work[0]["response_tokens"]
+    assert 0 < packed["mfu_attention"] < packed["mfu"]
+    families = packed["profile"]["families"]
+    assert families["matmul"]["seconds"] > 0 and abs(sum(f["share"] for f in families.values()) - 1) < 1e-6
+    assert "matmul" in capsys.readouterr().out
+
+
+def test_the_response_length_table_is_deepscalers(shared_data):
+    from pacs.bench.lengths import DEEPSCALER_QUANTILES, quantiles_of, response_lengths
+
+    assert quantiles_of(shared_data / "deepscaler_subset803.json") == DEEPSCALER_QUANTILES
+    lengths = response_lengths(4000, 4096, "deepscaler", 0)
+    assert max(lengths) <= 4096 and min(lengths) >= 0.1 * 4096
+    assert abs(sum(lengths) / len(lengths) / 4096 - 0.42) < 0.02  # the table's mean share

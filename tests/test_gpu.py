@@ -178,3 +178,46 @@ def test_the_cuda_rng_is_kept_around_the_engines(tiny_model):
     first = engine.generate([[1, 2, 3]], SamplingParams(n=2, max_tokens=8, seed=7))
     assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all(), strict=True))
     assert engine.generate([[1, 2, 3]], SamplingParams(n=2, max_tokens=8, seed=7)) == first
+
+
+@pytest.mark.skipif(not CUDA, reason="the bf16 GEMM into an fp32 gradient is the CUDA path (pacs.train.logprobs)")
+def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
+    """``_accumulate_head_grad`` on CUDA: bf16 operands accumulated into the fp32 gradient by one GEMM, against
+    upcasting both and an fp32 matmul (TF32 off): the same products, summed in another order."""
+    from pacs.train.logprobs import _accumulate_head_grad
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    hidden = torch.randn(2048, 256, device="cuda", generator=g).bfloat16()
+    dlogits = torch.randn(2048, 4096, device="cuda", generator=g).bfloat16()
+    grad = torch.randn(4096, 256, device="cuda", generator=g)
+    expected = grad + dlogits.T.float() @ hidden.float()
+    _accumulate_head_grad(grad, dlogits, hidden)
+    assert grad.dtype == torch.float32
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not CUDA, reason="packed rows on the GPU's attention kernels")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
+    """The packed layout (each group's prompt once) against padded whole rows on CUDA: log-probs and gradients
+    within fp32 rounding, or within bf16's (the kernels differ: flash or memory-efficient per segment)."""
+    from test_logprobs import _grouped_batch, _small_qwen2
+
+    from pacs.train.batch import token_logprobs
+    from pacs.train.logprobs import PolicyScorer
+
+    n = 4
+    batch = {k: v.cuda() for k, v in _grouped_batch(n).items()}
+    model = _small_qwen2().to("cuda", getattr(torch, dtype))
+
+    def run(share: bool, pack: bool):
+        model.zero_grad()
+        logprobs, _ = token_logprobs(PolicyScorer(model, 4, share_prompt=share, pack=pack), batch, 1.0, None, n)
+        logprobs.sum().backward()
+        return logprobs.detach(), {k: p.grad.float().clone() for k, p in model.named_parameters()}
+
+    whole, packed = run(False, False), run(True, True)
+    tol = {"float32": dict(atol=1e-4, rtol=1e-4), "bfloat16": dict(atol=5e-2, rtol=5e-2)}[dtype]
+    torch.testing.assert_close(packed[0], whole[0], **tol)
+    for name, grad in whole[1].items():
+        torch.testing.assert_close(packed[1][name], grad, **tol, msg=name)

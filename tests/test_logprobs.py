@@ -93,31 +93,61 @@ def _small_qwen2(**overrides):
 
 
 @pytest.mark.parametrize("chunk_size", [4, None])
-def test_a_shared_prompt_gives_what_whole_rows_give(chunk_size):
-    """Each group's prompt through the decoder once (keys and values read by its n responses), against every
-    row whole: the same log-probs, entropy and gradients, with and without activation checkpointing."""
+def test_shared_prompts_and_packed_rows_give_what_whole_padded_rows_give(chunk_size):
+    """Each group's prompt through the decoder once (keys and values read by its n responses), and the rows
+    packed into one sequence without padding (each row whole, or each group's prompt once), against every
+    row whole and padded: the same log-probs, entropy and gradients, with and without activation
+    checkpointing."""
     n, batch = 4, _grouped_batch(4)
     model = _small_qwen2()
     upstream = torch.randn(batch["response_mask"].shape, generator=torch.Generator().manual_seed(1))
 
-    def run(share: bool, checkpointing: bool = False):
+    def run(share: bool, pack: bool = False, checkpointing: bool = False):
         model.zero_grad()
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
-        logprobs, entropy = token_logprobs(PolicyScorer(model, chunk_size, share_prompt=share), batch, 0.7, "grad", n)
+        scorer = PolicyScorer(model, chunk_size, share_prompt=share, pack=pack)
+        logprobs, entropy = token_logprobs(scorer, batch, 0.7, "grad", n)
         ((logprobs + 0.1 * entropy) * upstream).sum().backward()
         if checkpointing:
             model.gradient_checkpointing_disable()
         return logprobs.detach(), entropy.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
 
     whole = run(share=False)
-    for shared in (run(share=True), run(share=True, checkpointing=True)):
-        torch.testing.assert_close(shared[0], whole[0], atol=1e-5, rtol=0)
-        torch.testing.assert_close(shared[1], whole[1], atol=1e-5, rtol=0)
+    others = {"shared": run(share=True), "shared, checkpointed": run(share=True, checkpointing=True),
+              "packed": run(share=False, pack=True), "packed shared": run(share=True, pack=True),
+              "packed shared, checkpointed": run(share=True, pack=True, checkpointing=True)}  # fmt: skip
+    assert model.config._attn_implementation == "pacs_varlen"
+    for layout, other in others.items():
+        torch.testing.assert_close(other[0], whole[0], atol=1e-5, rtol=0, msg=layout)
+        torch.testing.assert_close(other[1], whole[1], atol=1e-5, rtol=0, msg=layout)
         for name, grad in whole[2].items():
-            torch.testing.assert_close(shared[2][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+            torch.testing.assert_close(other[2][name], grad, atol=1e-5, rtol=1e-4, msg=f"{layout}: {name}")
     assert (whole[0] != 0).sum() == batch["response_mask"].sum()  # every response token scored
+
+
+def test_packed_rows_hold_the_real_tokens_only():
+    from pacs.train.varlen import pack_rows
+
+    n, batch = 4, _grouped_batch(4)
+    prompt = batch["attention_mask"].sum(-1) - batch["response_mask"].sum(-1)
+    response = batch["response_mask"].sum(-1)
+    whole = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"])
+    assert whole.input_ids.shape[1] == int((prompt + response).sum())  # no padding
+    assert len(whole.segments) == len(prompt) and all(c == d for *_, c, d in whole.segments)
+    shared = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"], n)
+    assert shared.input_ids.shape[1] == int(prompt[::n].sum() + response.sum())  # each prompt once
+    for start, _, context_start, context_end in shared.segments:  # responses start where their prompt ends
+        if context_end > context_start:
+            assert shared.position_ids[0, start] == shared.position_ids[0, context_end - 1] + 1
+    # every response token is predicted from the position before it: its row's, or its group's prompt's last
+    width_t = batch["response_mask"].shape[1]
+    targets = batch["input_ids"][:, -width_t:][batch["response_mask"]]
+    target_positions = batch["position_ids"][:, -width_t:][batch["response_mask"]]
+    assert (whole.input_ids[0, whole.hidden_index + 1] == targets).all()
+    for packed in (whole, shared):
+        assert (packed.position_ids[0, packed.hidden_index] + 1 == target_positions).all()
 
 
 def test_prompt_sharing_refuses_what_it_cannot_share():
@@ -128,3 +158,32 @@ def test_prompt_sharing_refuses_what_it_cannot_share():
         token_logprobs(scorer, batch, 1.0, None, 3)
     with pytest.raises(ValueError, match="trainer.share_prompt"):
         PolicyScorer(_small_qwen2(attn_implementation="eager"), 4, share_prompt=True)
+
+
+def test_packed_critic_values_and_gradients_equal_the_padded_ones():
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
+
+    from pacs.train.batch import token_values
+    from pacs.train.varlen import use_varlen_attention
+
+    n, batch = 4, _grouped_batch(4, seed=3)
+    torch.manual_seed(0)
+    size = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    config = Qwen2Config(**size, num_key_value_heads=2, num_labels=1, classifier_dropout=0.0)
+    critic = Qwen2ForTokenClassification(config)
+    mask = batch["response_mask"]
+    upstream = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2))
+
+    def run(pack: bool, group_size: int = 1):
+        critic.zero_grad()
+        values = token_values(critic, batch, pack, group_size)
+        (torch.where(mask, values, 0.0) * upstream).sum().backward()
+        return torch.where(mask, values, 0.0).detach(), {k: p.grad.clone() for k, p in critic.named_parameters()}
+
+    padded = run(False)
+    use_varlen_attention(critic)
+    for group_size in (1, n):
+        values, grads = run(True, group_size)
+        torch.testing.assert_close(values, padded[0], atol=1e-5, rtol=0)
+        for name, grad in padded[1].items():
+            torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=1e-4, msg=f"groups of {group_size}: {name}")

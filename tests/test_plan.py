@@ -308,3 +308,45 @@ def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatc
     assert experiment.plan(config, runs).job(pacs["name"]).seconds == estimated.job(pacs["name"]).seconds
     lr = experiment.merged(config, {"train": {"optim": {"lr": 1e-5}}})  # a learning rate does not change them
     assert experiment.preflight_specs(lr, experiment.run_configs(lr), estimated)[shape]["key"] == pacs["key"]
+
+
+def test_the_plan_names_the_fewest_layers_that_must_recompute_and_training_recomputes_only_those():
+    """The paper config's 7B PACS run: with the plan's fewest recomputing layers the update fits its GPU and
+    with one fewer it does not; a model spread with trainer.checkpoint_layers recomputes only its first K
+    layers, and its gradients are those of recomputing every layer."""
+    from transformers import AutoModelForCausalLM
+
+    from pacs.plan.memory import training_memory
+    from pacs.train.config import TrainerConfig
+    from pacs.train.distributed import DistEnv
+    from pacs.train.models import spread
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    runs = experiment.run_configs(config)
+    job = next(j for j in experiment.plan(config, runs).jobs if j.name == "train/qwen2.5-7b/pacs")
+    fewest, layers = job.recompute_layers
+    assert 0 < fewest < layers
+    run, shape = runs[("qwen2.5-7b", "pacs")], model_shape(config["models"]["qwen2.5-7b"], "models.qwen2.5-7b")
+    cal = experiment.plan(config, runs).calibration
+
+    def update_bytes(k: int) -> int:
+        r = {**run, "trainer": {**run["trainer"], "checkpoint_layers": k}}
+        memory = training_memory(shape, r, job.gpus, True, False, cal.memory_bytes, cal.vllm_overhead_bytes,
+                                 cal.overhead_bytes)  # fmt: skip
+        return sum(memory["update"].values())
+
+    assert update_bytes(fewest) <= cal.memory_bytes < update_bytes(fewest - 1)
+    assert update_bytes(layers) < update_bytes(fewest)  # every layer: the least memory
+
+    ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for k in (None, 1):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(model_config("qwen2.5-0.5b", **SHAPE))
+        model = spread(model, TrainerConfig(gradient_checkpointing=True, checkpoint_layers=k), DistEnv())
+        assert [layer.gradient_checkpointing for layer in model.model.layers] == ([True, True] if k is None
+                                                                                  else [True, False])  # fmt: skip
+        model(input_ids=ids).logits.float().square().mean().backward()
+        grads[k] = {name: p.grad for name, p in model.named_parameters()}
+    for name, grad in grads[None].items():
+        torch.testing.assert_close(grads[1][name], grad, msg=name)

@@ -93,7 +93,7 @@ def test_micro_batches_and_logprob_chunks_do_not_change_the_update(raw_tiny_mode
 
 
 def test_non_finite_gradients_skip_the_step_and_are_counted():
-    from pacs.train.loop import update
+    from pacs.train.minibatch import update
 
     model = torch.nn.Linear(1, 1)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -1,12 +1,13 @@
 """`pacs bench gpu`: the plan's constants measured on this machine's GPU, written as a calibration file.
 
 - **Training update**: one FSDP2 rank (a process group of one), bf16 compute over fp32 master weights,
-  activation checkpointing, chunked log-probs, for models built from Qwen2.5 shapes with random weights
-  (``pacs.bench.update``), at the paper's lengths (512 prompt + 4,096 response tokens), 8 sequences per update
-  by default (config/config.yaml's micro-batch token budget). ``train_mfu`` is the plan's FLOPs of that update
-  (``pacs.plan.jobs.forward_flops``: 6·N per token plus attention) per second over the GPU's peak, from the
-  largest shape measured; the peak memory is reported beside the plan's estimate of it
-  (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
+  activation checkpointing, chunked log-probs, rows packed without padding, for models built from Qwen2.5
+  shapes with random weights (``pacs.bench.update``): one group of ``rows`` responses to one 512-token prompt
+  (shared, as training shares it), response lengths from DeepScaleR's distribution up to 4,096
+  (``pacs.bench.lengths``). ``train_mfu`` is that update's FLOPs (6·N per position the decoder must see, the
+  LM head over the response tokens, attention over the keys each position reads; recompute not counted)
+  per second over the GPU's peak, from the largest shape measured; the peak memory is reported beside the
+  plan's estimate of it (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
 - **Generation**: transformers' ``generate`` (the GPU machine may have no vLLM), a batch of random prompts,
   sampling a fixed number of new tokens. Its efficiency is written under ``measured``; ``generate_mfu`` stays
   the vLLM default, since transformers' generation is several times slower than vLLM's and would not predict
@@ -86,11 +87,11 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
            "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "vllm": {}}}  # fmt: skip
     updates, generations = [], []
     for shape in shapes:
-        result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps)
+        result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps, peak,
+                         group_size=rows, lengths="deepscaler")  # fmt: skip
         config = model_config(shape, **overrides)
-        flops = 3 * forward_flops(dims(config), rows * length, length / 2)
         planned = training_memory(config, run, 1, False, False, 0, 0, 0)["update"]
-        updates.append({**result, "train_mfu": flops / result["step_s"] / peak,
+        updates.append({**result, "train_mfu": result["mfu"],
                         "planned_update_bytes": sum(planned.values()), "planned": planned})  # fmt: skip
         g = generation_worker(shape, overrides, generate_batch, prompt_length, new_tokens)
         context = prompt_length + new_tokens / 2

@@ -43,20 +43,60 @@ def _status_bytes(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
+def update_batch(vocab: int, rows: int, n: int, prompt_length: int, response_length: int, distribution: str,
+                 seed: int):  # fmt: skip
+    """A micro-batch laid out as rollouts are (``pacs.train.batch.rollout_batch``): ``rows`` rows in groups of
+    n with one random prompt each, responses of random tokens and lengths from ``distribution``
+    (``pacs.bench.lengths``), trimmed as the trainer trims them."""
+    import torch
+
+    from pacs.bench.lengths import response_lengths
+    from pacs.rollout import Completion
+    from pacs.train.batch import rollout_batch, trimmed
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(1, vocab, (prompt_length,), generator=g).tolist() for _ in range(rows // n)]
+    lengths = iter(response_lengths(rows, response_length, distribution, seed))
+    groups = [[Completion(torch.randint(1, vocab, (next(lengths),), generator=g).tolist(), "", "length")
+               for _ in range(n)] for _ in prompts]  # fmt: skip
+    return trimmed(rollout_batch(prompts, groups, 0))
+
+
+def batch_work(batch, n: int, shared: bool, packed: bool) -> dict:
+    """Tokens of the micro-batch: the rows' own (prompt + response each), the positions the decoder must see
+    (each group's prompt once when ``shared``), the positions it computes (padding included unless
+    ``packed``), and the keys attended summed over those positions (causal; a shared prompt's keys are read
+    by each of its responses)."""
+    prompt = (batch["attention_mask"].sum(-1) - batch["response_mask"].sum(-1)).tolist()
+    response = batch["response_mask"].sum(-1).tolist()
+    rows, width = batch["input_ids"].shape
+    width_t = batch["response_mask"].shape[1]
+    firsts = range(0, rows, n) if shared else range(rows)
+    needed = sum(prompt[i] for i in firsts) + sum(response)  # each row's prompt when not shared: firsts all
+    keys = sum(p * (p + 1) // 2 for p in (prompt[i] for i in firsts))
+    keys += sum(t * p + t * (t + 1) // 2 for p, t in zip(prompt, response, strict=True))
+    computed = needed if packed else (len(firsts) * (width - width_t) + rows * width_t if shared else rows * width)
+    return {"row_tokens": sum(prompt) + sum(response), "needed_positions": needed, "computed_positions": computed,
+            "response_tokens": sum(response), "attended_keys": keys,
+            "padding_share": 1 - needed / computed}  # fmt: skip
+
+
 def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int, response_length: int,
-                  steps: int, peak_flops: float | None) -> dict | None:  # fmt: skip
+                  steps: int, peak_flops: float | None, group_size: int = 1, lengths: str = "fixed",
+                  profile: bool = False) -> dict | None:  # fmt: skip
     """One rank's measurement (inside torchrun, or alone); rank 0 returns every rank's, the others None."""
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
+    from pacs.bench.profile import kernel_families
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
+    from pacs.train.batch import token_logprobs
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
-    from pacs.train.logprobs import PolicyScorer
-    from pacs.train.models import spread
+    from pacs.train.models import scorer_of, spread
 
     t = from_dict(TrainerConfig, trainer)
     # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device
@@ -67,8 +107,8 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     config = model_config(shape, **overrides)
     rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    module = spread(PolicyScorer(model, t.logprob_chunk_size), t, env)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    module = spread(scorer_of(model, t), t, env)
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, weight_decay=0.01)
     del model
     gc.collect()
@@ -76,26 +116,38 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     rss_after_setup, reset = _status_bytes("VmRSS"), _reset_peak_rss()
-    g = torch.Generator().manual_seed(1000 + env.rank)
-    length = prompt_length + response_length
-    input_ids = torch.randint(0, config.vocab_size, (rows, length), generator=g).to(env.device)
-    attention_mask = torch.ones_like(input_ids)
-    position_ids = torch.arange(length, device=env.device).expand(rows, length)
-    response_mask = torch.ones(rows, response_length, dtype=torch.bool, device=env.device)
-    seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        logprobs, _ = module(input_ids, attention_mask, position_ids, response_mask, 1.0)
-        loss = -logprobs.sum() / response_mask.sum()
+    batch = update_batch(config.vocab_size, rows, group_size, prompt_length, response_length, lengths, 1000 + env.rank)
+    work = batch_work(batch, group_size, t.share_prompt and group_size > 1, t.pack_sequences)
+    batch = {k: v.to(env.device) for k, v in batch.items()}
+
+    def step() -> None:
+        logprobs, _ = token_logprobs(module, batch, 1.0, None, group_size)
+        loss = -logprobs.sum() / batch["response_mask"].sum()
         loss.backward()
         norm = total_norm(torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         float(norm)  # waits for the step on GPU
+
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
         seconds.append(time.perf_counter() - start)
-    n = dims(config)["params"]
-    tokens = rows * length * env.world_size  # per step, all ranks
+    families = None
+    if profile:
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=activities) as prof:
+            step()
+        families = kernel_families(prof, cuda)
+    d = dims(config)
+    n = d["params"]
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
+    # the update's FLOPs (forward and backward, recompute not counted): the linear layers over the positions
+    # the decoder must see, the LM head over the response tokens, attention over the keys each position reads
+    linear = 6 * d["layers"] * d["layer_params"] * work["needed_positions"]
+    linear += 6 * d["vocab"] * d["h"] * work["response_tokens"]
+    attention = 3 * 4 * d["layers"] * d["q"] * work["attended_keys"]
     peak_rss = _status_bytes("VmHWM")
     peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
     mine = {
@@ -105,8 +157,9 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "rss_before_model_bytes": rss_before_model,
         "rss_after_setup_bytes": rss_after_setup,
         "peak_reset_after_setup": reset,
+        "work": work, "linear_flops": linear, "attention_flops": attention,
         **({"peak_gpu_bytes": peak_gpu} if cuda else {}),
-    }
+    }  # fmt: skip
     ranks = [mine]
     if env.active:
         ranks = [None] * env.world_size
@@ -114,24 +167,32 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if not env.main:
         return None
     state = 16 * n // (env.world_size if t.strategy == "fsdp" else 1)
+    flops = sum(r["linear_flops"] + r["attention_flops"] for r in ranks)
+    mfu = {}
+    if peak_flops:
+        mfu = {"mfu": flops / step_s / peak_flops / env.world_size,
+               "mfu_attention": sum(r["attention_flops"] for r in ranks) / step_s / peak_flops / env.world_size}
     return {
         "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size, "device": env.device,
         "strategy": t.strategy if env.active or alone else "single", "trainer": trainer, "rows_per_rank": rows,
-        "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
-        "first_step_s": seconds[0], "step_s": step_s, "tokens_per_s": tokens / step_s,
-        **({"mfu": 6 * n * tokens / step_s / peak_flops / env.world_size} if peak_flops else {}),
-        "state_bytes_per_rank": state, "ranks": ranks,
+        "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
+        "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
+        "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
+        "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
+        / sum(r["work"]["computed_positions"] for r in ranks),
+        "update_flops": flops, **mfu, "state_bytes_per_rank": state, "ranks": ranks,
+        **({"profile": families} if families else {}),
     }  # fmt: skip
 
 
 def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
-            response_length: int, steps: int, peak_flops: float | None = None,
-            timeout_s: float = 3600) -> dict:  # fmt: skip
+            response_length: int, steps: int, peak_flops: float | None = None, timeout_s: float = 3600,
+            **batch) -> dict:  # fmt: skip
     """``update_worker`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1); a
-    run past ``timeout_s`` is killed and raises."""
+    run past ``timeout_s`` is killed and raises. ``batch``: ``group_size``, ``lengths``, ``profile``."""
     spec = json.dumps({"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows,
                        "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
-                       "peak_flops": peak_flops})  # fmt: skip
+                       "peak_flops": peak_flops, **batch})  # fmt: skip
     launcher = [sys.executable]
     if nproc > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
@@ -146,14 +207,17 @@ def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, p
 
 
 def run_update_bench(shape: str, overrides: dict, strategies: list[str], nproc: int, trainer: dict, rows: int,
-                     prompt_length: int, response_length: int, steps: int,
-                     peak_flops: float | None = None) -> dict:  # fmt: skip
-    """Each strategy (``single``: one process; ``ddp``/``fsdp`` on ``nproc`` ranks) on the same update."""
+                     prompt_length: int, response_length: int, steps: int, peak_flops: float | None = None,
+                     variants: dict[str, dict] | None = None, **batch) -> dict:  # fmt: skip
+    """Each strategy (``single``: one process; ``ddp``/``fsdp`` on ``nproc`` ranks), and each variant of
+    the trainer options (name: options over ``trainer``), on the same update."""
     results = []
-    for strategy in strategies:
-        ranks = 1 if strategy == "single" else nproc
-        t = {**trainer, "strategy": "ddp" if strategy == "single" else strategy}
-        results.append(measure(ranks, shape, overrides, t, rows, prompt_length, response_length, steps, peak_flops))
+    for name, options in (variants or {"": {}}).items():
+        for strategy in strategies:
+            ranks = 1 if strategy == "single" else nproc
+            t = {**trainer, **options, "strategy": "ddp" if strategy == "single" else strategy}
+            r = measure(ranks, shape, overrides, t, rows, prompt_length, response_length, steps, peak_flops, **batch)
+            results.append({"variant": name, **r})
     return {"results": results}
 
 

@@ -65,6 +65,9 @@ class Job:
     # measured by the run's preflight (pacs.train.preflight), in place of the calibration's constants
     startup_s: float | None = None
     checkpoint_s: float | None = None
+    # training with gradient checkpointing: the fewest decoder layers that must recompute for the update to fit
+    # (trainer.checkpoint_layers), and the model's layers; None: it does not fit even with every layer
+    recompute_layers: tuple[int | None, int] | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -144,6 +147,9 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
+    if t["gradient_checkpointing"] and gpus:
+        job.recompute_layers = (fewest_recomputed_layers(shape, run, gpus, "ref_logprobs" in needs, critic, cal),
+                                d["layers"])  # fmt: skip
 
     def modeled(generate: float, update: float) -> float:  # seconds of one step
         return (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * max(gpus, 1))
@@ -157,6 +163,19 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
         job.seconds = cal.startup_s + steps * modeled(generate, update)
         job.seconds_longest = cal.startup_s + steps * longest
     return job
+
+
+def fewest_recomputed_layers(shape, run: dict, gpus: int, needs_reference: bool, critic: bool,
+                             cal: Calibration) -> int | None:  # fmt: skip
+    """The fewest decoder layers that must recompute their activations (``trainer.checkpoint_layers``) for
+    the update phase to fit the GPU by the memory model; None: not even all of them."""
+    for layers in range(dims(shape)["layers"] + 1):
+        trainer = {**run["trainer"], "checkpoint_layers": layers}
+        memory = training_memory(shape, {**run, "trainer": trainer}, gpus, needs_reference, critic, cal.memory_bytes,
+                                 cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+        if sum(memory["update"].values()) <= cal.memory_bytes:
+            return layers
+    return None
 
 
 def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int, settings: PlanSettings,
@@ -339,6 +358,11 @@ def format_plan(plan: Plan) -> str:
     if measured:
         lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "
                   "job from the constants above."]  # fmt: skip
+    recompute = [f"{j.name} {k}/{n}" for j in plan.jobs if j.recompute_layers for k, n in [j.recompute_layers]
+                 if k is not None]  # fmt: skip
+    if recompute:
+        lines += ["", "Activation checkpointing, the fewest layers that must recompute for the update to fit "
+                  f"(trainer.checkpoint_layers): {', '.join(recompute)}."]  # fmt: skip
     seen = set()
     for j in plan.jobs:
         key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),

@@ -60,11 +60,13 @@ def layer_activation_bytes(d: dict, b: int) -> int:
     return saved
 
 
-def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool) -> int:
+def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool, layers: int | None = None) -> int:
     """A micro-batch of ``tokens`` through the decoder: every layer's activations, or with checkpointing
-    each layer's input and one layer's activations; plus the final norm's (fp32 input, output) and ids."""
+    each recomputing layer's input (``layers`` of them, None: all) plus one layer's activations and the other
+    layers' activations whole; plus the final norm's (fp32 input, output) and ids."""
     per_layer = layer_activation_bytes(d, b)
-    kept = d["layers"] * b * d["h"] + per_layer if checkpointing else d["layers"] * per_layer
+    recomputed = min(d["layers"] if layers is None else layers, d["layers"]) if checkpointing else 0
+    kept = recomputed * b * d["h"] + (d["layers"] - recomputed) * per_layer + (per_layer if recomputed else 0)
     return tokens * (kept + 4 * d["h"] + b * d["h"] + 12)
 
 
@@ -99,7 +101,7 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     shard = world if fsdp else 1
     trained = d["params"] + (critic_params(d, shape) if has_critic else 0)
     tokens, response = micro_batch_tokens(run)
-    acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"])
+    acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"], t.get("checkpoint_layers"))
     update = {
         "parameters": math.ceil(trained * bm / shard),
         "gradients": math.ceil(trained * bm / shard) * (2 if t["strategy"] == "ddp" and world > 1 else 1),

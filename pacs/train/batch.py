@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pacs.rollout import Completion
+from pacs.train.varlen import pack_rows
 
 Batch = dict[str, Tensor]
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # (B, P + T); the rest are (B, ·)
@@ -76,14 +77,22 @@ def token_logprobs(
                   temperature=temperature, entropy=entropy, group_size=group_size)  # fmt: skip
 
 
-def token_values(critic, batch: Batch) -> Tensor:
-    """V(q, o_<t) (B, T): the critic's value of the state before each response token."""
-    width_t = batch["response_mask"].shape[1]
+def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) -> Tensor:
+    """V(q, o_<t) (B, T): the critic's value of the state before each response token. ``pack``: the rows as
+    one sequence without padding (``pacs.train.varlen``; each group's prompt once with ``group_size`` > 1),
+    0 at padding."""
+    mask = batch["response_mask"]
+    if pack:
+        packed = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], mask, group_size)
+        logits = critic(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                        attention_mask={"full_attention": None}, packed=packed, use_cache=False).logits  # fmt: skip
+        values = logits[0, packed.hidden_index, 0].float()
+        return torch.zeros(mask.shape, device=mask.device).masked_scatter(mask, values)
     values = critic(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
     ).logits
     # the output at position j sees tokens up to j: the response's states start at the prompt's last token
-    return values[:, -width_t - 1 : -1].squeeze(-1).float()
+    return values[:, -mask.shape[1] - 1 : -1].squeeze(-1).float()
 
 
 def pad_columns(x: Tensor, width: int, value: float = 0.0) -> Tensor:

@@ -90,11 +90,20 @@ class TrainerConfig:
     # and optimizer state stay in model.dtype / fp32); null: model.dtype. The rollout engine samples in it too
     compute_dtype: Literal["float32", "bfloat16"] | None = None
     gradient_checkpointing: bool = False  # recompute each decoder layer's activations in backward
+    # torch.compile each decoder layer (dynamic shapes; attention stays eager): fuses the norms, rotary
+    # embeddings, SwiGLU and residual adds; the first steps pay the compile
+    compile: bool = False
+    # with gradient_checkpointing, only the first K decoder layers recompute (the rest keep their activations):
+    # pacs plan prints the fewest that fit the device; null: every layer
+    checkpoint_layers: int | None = None
     # positions per chunk of the LM head in the log-prob and entropy computations; null: whole micro-batch logits
     logprob_chunk_size: int | None = 1024
     # each group's prompt through the policy and reference once, its keys and values read by its n responses
     # (pacs.train.logprobs); false: every row whole, as verl and TRL do
     share_prompt: bool = True
+    # each micro-batch's rows laid end to end in one sequence without padding, attention kept within each row
+    # (its group's prompt and itself; pacs.train.varlen); false: rows padded to the micro-batch's longest
+    pack_sequences: bool = True
     # PACS v2: every K steps the reference becomes the current policy and the actor's AdamW state starts afresh
     # (for objectives with a reference: algorithm.options.reward_proxy reference, or a KL term); null: never
     reference_reset_every: int | None = None
@@ -103,6 +112,8 @@ class TrainerConfig:
         for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
+        if self.checkpoint_layers is not None and self.checkpoint_layers < 0:
+            raise ValueError(f"trainer.checkpoint_layers must be >= 0 or null, got {self.checkpoint_layers}")
         for name in ("max_tokens_per_micro_batch", "logprob_chunk_size", "reference_reset_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1 or null, got {getattr(self, name)}")

@@ -21,9 +21,22 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from pacs.train.varlen import IMPLEMENTATION, pack_rows, packed_hidden, use_varlen_attention
+
 
 def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
-    return (hidden @ weight.T).float() / temperature  # (N, V) in fp32, as the full path's .logits.float()
+    logits = (hidden @ weight.T).float()  # (N, V) in fp32, as the full path's .logits.float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+def _accumulate_head_grad(grad_weight: Tensor, dlogits: Tensor, hidden: Tensor) -> None:
+    """grad_weight (V, H) fp32 += dlogits^T (V, N) @ hidden (N, H). On a GPU in bf16, one GEMM reading the bf16
+    operands and accumulating into the fp32 gradient (cuBLAS computes in fp32): the same products and sums as
+    upcasting both first, without an fp32 matmul (TF32 is off) or an fp32 copy of either operand."""
+    if grad_weight.is_cuda and dlogits.dtype != torch.float32:
+        torch.addmm(grad_weight, dlogits.T, hidden, out_dtype=torch.float32, out=grad_weight)
+    else:
+        grad_weight.addmm_(dlogits.T.float(), hidden.float())
 
 
 class ChunkedLogprobs(torch.autograd.Function):
@@ -48,14 +61,15 @@ class ChunkedLogprobs(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         for s in range(0, hidden.shape[0], ctx.chunk_size):
-            h, g = hidden[s : s + ctx.chunk_size], grad[s : s + ctx.chunk_size]
-            # d logprob / d logits = onehot(target) - softmax, scaled by the incoming gradient
+            h, g = hidden[s : s + ctx.chunk_size], grad[s : s + ctx.chunk_size] / ctx.temperature
+            # d logprob / d logits = (onehot(target) - softmax) / temperature, times the incoming gradient: in
+            # place over the one (chunk, V) fp32 tile, then cast once
             dlogits = _chunk_logits(h, weight, ctx.temperature).sub_(lse[s : s + ctx.chunk_size, None]).exp_()
             dlogits.mul_(-g[:, None]).scatter_add_(-1, targets[s : s + ctx.chunk_size, None], g[:, None])
-            dlogits = (dlogits / ctx.temperature).to(weight.dtype)
+            dlogits = dlogits.to(weight.dtype)
             if grad_hidden is not None:
                 grad_hidden[s : s + ctx.chunk_size] = dlogits @ weight
-            grad_weight.addmm_(dlogits.T.float(), h.float())
+            _accumulate_head_grad(grad_weight, dlogits, h)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None
 
 
@@ -106,7 +120,7 @@ def check_prompt_sharing(model: torch.nn.Module) -> None:
     """Sharing builds its own attention masks: SDPA boolean masks over full (not sliding-window) attention."""
     config = model.config
     layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if config._attn_implementation != "sdpa" or set(layer_types) != {"full_attention"}:
+    if config._attn_implementation not in ("sdpa", IMPLEMENTATION) or set(layer_types) != {"full_attention"}:
         raise ValueError(
             f"trainer.share_prompt needs SDPA attention over full (not sliding-window) layers; this model has "
             f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.share_prompt false"
@@ -145,12 +159,16 @@ class PolicyScorer(torch.nn.Module):
     over the response positions (0 at padding). ``chunk_size`` None computes the full logits (the old path,
     kept to check against)."""
 
-    def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False):
-        """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_prompt_sharing``)."""
+    def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False,
+                 pack: bool = False):  # fmt: skip
+        """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_prompt_sharing``).
+        ``pack``: the rows go through the decoder as one sequence without padding (``pacs.train.varlen``)."""
         super().__init__()
-        self.model, self.chunk_size, self.share_prompt = model, chunk_size, share_prompt
+        self.model, self.chunk_size, self.share_prompt, self.pack = model, chunk_size, share_prompt, pack
         self._no_split_modules = getattr(model, "_no_split_modules", None)
-        if share_prompt:
+        if pack:
+            use_varlen_attention(model)
+        elif share_prompt:
             check_prompt_sharing(model)
             for layer in model.modules():  # they may keep the prompt's cache under checkpointing (see _PromptKV)
                 if hasattr(layer, "_can_checkpoint_with_cache"):
@@ -168,7 +186,15 @@ class PolicyScorer(torch.nn.Module):
         width_t = response_mask.shape[1]
         targets = input_ids[:, -width_t:]
         decoder, head = self.model.base_model, self.model.get_output_embeddings()
-        if self.share_prompt and group_size > 1:
+        if self.pack:
+            packed = pack_rows(input_ids, attention_mask, position_ids, response_mask,
+                               group_size if self.share_prompt else 1)  # fmt: skip
+            hidden = packed_hidden(decoder, packed)  # (N, H): response tokens only
+            if self.chunk_size is None:  # back to (B, T, H) for the full path
+                hidden = hidden.new_zeros(*response_mask.shape, hidden.shape[-1]).masked_scatter(
+                    response_mask[..., None], hidden
+                )
+        elif self.share_prompt and group_size > 1:
             hidden = shared_prompt_hidden(decoder, input_ids, attention_mask, position_ids, width_t, group_size)
         else:
             out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
@@ -182,7 +208,8 @@ class PolicyScorer(torch.nn.Module):
                 ent = -(logprobs.exp() * logprobs).sum(-1)
                 ent = ent if entropy == "grad" else ent.detach()
             return torch.where(response_mask, chosen, 0.0), ent if ent is None else torch.where(response_mask, ent, 0.0)
-        hidden = hidden[response_mask]  # (N, H): response tokens only
+        if not self.pack:
+            hidden = hidden[response_mask]  # (N, H): response tokens only
         if getattr(head, "bias", None) is not None:
             raise ValueError("chunked log-probs need an LM head without bias; set trainer.logprob_chunk_size: null")
         chosen = ChunkedLogprobs.apply(hidden, head.weight, targets[response_mask], temperature, self.chunk_size)

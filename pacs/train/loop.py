@@ -7,7 +7,6 @@ micro-batches and gradient accumulation, critic first. Reading it top to bottom 
 """
 
 import json
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -15,7 +14,6 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
@@ -25,18 +23,11 @@ from pacs.algorithms import Objective, get_objective
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
-from pacs.train.batch import Batch, group_slices, pad_columns, token_logprobs, token_values, trimmed
+from pacs.train.batch import Batch, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
-from pacs.train.distributed import (
-    DistEnv,
-    all_gather_rows,
-    all_reduce,
-    barrier,
-    no_sync,
-    total_norm,
-)
+from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
+from pacs.train.minibatch import forward_pass, micro_plan, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
-from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
 from pacs.train.segments import JobOptions, Segment
@@ -76,34 +67,6 @@ def check_sizes(config: RunConfig, env: DistEnv) -> None:
         )
 
 
-def micro_batch(batch: Batch, micro: Micro, n: int, device: str) -> Batch:
-    rows = micro.rows(n)
-    return {k: v.to(device) for k, v in trimmed({k: v[rows] for k, v in batch.items()}).items()}
-
-
-def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Micro]:
-    """This rank's micro-batches of its rows for a no-grad pass: by token budget, or micro_batch_size prompts."""
-    t = config.trainer
-    if t.max_tokens_per_micro_batch:
-        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env)
-    return fixed_plan(batch["response_mask"].shape[0] // n, t.micro_batch_size)
-
-
-@torch.no_grad()
-def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu") -> list[torch.Tensor]:
-    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU."""
-    shape = batch["response_mask"].shape
-    out: list[torch.Tensor] = []
-    for micro in plan:
-        parts = fn(micro_batch(batch, micro, n, device))
-        if not micro.scale:  # a filler pass, there only to keep the ranks' collectives in step
-            continue
-        out = out or [torch.zeros(shape, dtype=torch.float32) for _ in parts]
-        for o, p in zip(out, parts, strict=True):
-            o[micro.rows(n)] = pad_columns(p.float().cpu(), shape[1])
-    return out
-
-
 def prepare_whole_batch(objective: Objective, batch: Batch, n: int, options, env: DistEnv) -> dict:
     """``prepare`` sees the global batch (whitening and group statistics span all ranks); each rank keeps its rows."""
     local_rows, width = batch["response_mask"].shape
@@ -116,73 +79,9 @@ def prepare_whole_batch(objective: Objective, batch: Batch, n: int, options, env
     }
 
 
-def update(
-    module,
-    optimizer,
-    loss_fn,
-    batch: Batch,
-    reduction: str,
-    n: int,
-    mini_rows: int,
-    micro_rows: int,
-    epochs: int,
-    grad_clip: float | None,
-    env: DistEnv,
-    max_tokens: int | None = None,
-) -> dict:
-    """Optimizer steps over mini-batches of whole groups.
-
-    Each micro-batch's loss is weighted by its share of the global mini-batch (its sequences or tokens;
-    1 for a "sum" reduction), times world_size since DDP and FSDP average gradients over ranks: the
-    accumulated gradient is then the gradient of the objective on the whole global mini-batch, for any
-    micro-batches and any number of ranks. Micro-batches are ``micro_rows`` rows of this rank's share, or,
-    with ``max_tokens``, the global mini-batch's groups dealt to ranks by tokens and packed up to the
-    budget (``pacs.train.packing``). Metrics are averaged the same way (by rows for "sum"); ``loss`` is the
-    mini-batch loss.
-    """
-    units = {
-        "sequences": lambda b: float(b["response_mask"].shape[0]),
-        "tokens": lambda b: float(b["response_mask"].sum()),
-        "sum": lambda b: float(b["response_mask"].shape[0]),
-    }[reduction]
-    totals: dict[str, float] = {}
-    grad_norms, skipped = [], 0
-    params = [p for group in optimizer.param_groups for p in group["params"]]  # under fsdp: the shards
-    for _ in range(epochs):
-        for mini in group_slices(batch, mini_rows, n):
-            if max_tokens:
-                mini, plan = balanced_plan(mini, n, max_tokens, env)
-            else:
-                plan = fixed_plan(mini_rows // n, micro_rows // n)
-            local_units = sum(units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan if m.scale)
-            global_units = float(all_reduce(torch.tensor(float(local_units)), env))
-            for i, m in enumerate(plan):
-                micro = micro_batch(mini, m, n, env.device)
-                if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
-                    micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
-                share = units(micro) / global_units * m.scale
-                weight = m.scale if reduction == "sum" else share
-                with no_sync(module, sync=i == len(plan) - 1):
-                    loss, metrics = loss_fn(micro)
-                    (loss * weight * env.world_size).backward()
-                metrics = {**metrics, "loss": loss.detach()}
-                for k, v in metrics.items():
-                    totals[k] = totals.get(k, 0.0) + float(v) * (weight if k == "loss" else share)
-            norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
-            if torch.isfinite(norm):
-                optimizer.step()
-            else:  # every rank holds the same all-reduced gradient, so every rank skips
-                skipped += 1
-            optimizer.zero_grad(set_to_none=True)
-            grad_norms.append(float(norm))
-    out = {k: float(all_reduce(torch.tensor(v), env)) / len(grad_norms) for k, v in totals.items()}
-    out.update(
-        grad_norm=float(np.mean(grad_norms)),
-        grad_norm_max=float(np.max(grad_norms)),
-        skipped_steps=skipped,
-        optimizer_steps=len(grad_norms),
-    )
-    return out
+def critic_values(critic, micro: Batch, config: RunConfig) -> torch.Tensor:
+    t = config.trainer
+    return token_values(critic, micro, t.pack_sequences, config.rollout.n if t.share_prompt else 1)
 
 
 def fresh_rows(config: RunConfig, env: DistEnv) -> int:
@@ -213,11 +112,8 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
             batch, plan, n, lambda m: token_logprobs(reference, m, temperature, None, n)[:1], device
         )
     if critic is not None:
-        (batch["values"],) = forward_pass(batch, plan, n, lambda m: [token_values(critic, m)], device)
+        (batch["values"],) = forward_pass(batch, plan, n, lambda m: [critic_values(critic, m, config)], device)
     return entropy
-
-
-FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
 
 
 def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv, entropy: torch.Tensor) -> dict:
@@ -233,11 +129,12 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     index = torch.arange(rows)
     batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
-                 epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch)  # fmt: skip
+                 epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch,
+                 packed=t.pack_sequences)  # fmt: skip
     if critic is not None:
 
         def critic_loss(micro: Batch):
-            return objective.value_loss({**micro, "new_values": token_values(critic, micro)}, options)
+            return objective.value_loss({**micro, "new_values": critic_values(critic, micro, config)}, options)
 
         metrics = update(critic, models.critic_optimizer, critic_loss, batch, objective.value_reduction(options),
                          grad_clip=config.optim.critic_grad_clip, **sizes)  # fmt: skip

@@ -19,6 +19,7 @@ from pacs.train import retention
 from pacs.train.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.train.logprobs import PolicyScorer
+from pacs.train.varlen import use_varlen_attention
 
 
 def adamw(params, lr: float, optim) -> torch.optim.AdamW:
@@ -43,14 +44,23 @@ class Models:
     reference_step: int = 0  # the step whose policy the reference is (0: the starting model)
 
 
+def scorer_of(model: torch.nn.Module, trainer: TrainerConfig) -> PolicyScorer:
+    return PolicyScorer(model, trainer.logprob_chunk_size, trainer.share_prompt, trainer.pack_sequences)
+
+
 def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
     """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with activation
     checkpointing when it is trained and ``trainer.gradient_checkpointing`` is on; a model that is not
     trained is left unwrapped where nothing needs synchronising (one rank, or ddp)."""
+    hf = model.model if isinstance(model, PolicyScorer) else model
+    if trainer.compile:  # before the layers are sharded, as torchtitan does; the attention call stays eager
+        for layer in hf.base_model.layers:
+            layer.compile(dynamic=True)
     if trainer.gradient_checkpointing and trained:
-        hf = model.model if isinstance(model, PolicyScorer) else model
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
+        for layer in hf.base_model.layers[trainer.checkpoint_layers :]:  # None: every layer recomputes
+            layer.gradient_checkpointing = False
     if not trained and (trainer.strategy == "ddp" or not dist.is_initialized()):
         return model.to(env.device)
     compute = getattr(torch, trainer.compute_dtype) if trainer.compute_dtype else None
@@ -64,7 +74,7 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
     torch.manual_seed(config.trainer.seed)  # the critic's new value head
     t, dtype = config.trainer, getattr(torch, config.model.dtype)
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
-    policy_module = spread(PolicyScorer(policy, t.logprob_chunk_size, t.share_prompt), t, env)
+    policy_module = spread(scorer_of(policy, t), t, env)
     models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
                     adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
     if "ref_logprobs" in needs:
@@ -72,11 +82,13 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
         start = snapshot if snapshot and snapshot.is_dir() else config.model.path
         reference = AutoModelForCausalLM.from_pretrained(start, dtype=dtype)
         reference.eval().requires_grad_(False)
-        models.reference = spread(PolicyScorer(reference, t.logprob_chunk_size, t.share_prompt), t, env, trained=False)
+        models.reference = spread(scorer_of(reference, t), t, env, trained=False)
     if objective.value_loss is not None:
         path = resume / "critic" if resume else (config.model.critic_path or config.model.path)
         critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
         models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
+        if t.pack_sequences:
+            use_varlen_attention(models.critic)
         models.critic_module = spread(models.critic, t, env)
         models.critic_optimizer = adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
     if resume:

@@ -1,8 +1,9 @@
 """Micro-batches: which rows each forward/backward takes, by a fixed number of prompts or by a token budget.
 
 A micro-batch is always a set of whole groups (rows ``g * n .. g * n + n - 1``): a plan lists group
-indices, never rows. Its cost is what the forward really pays after ``trimmed``: rows × (longest prompt +
-longest response) in it, padding included.
+indices, never rows. Its cost is what the forward really pays: padded (after ``trimmed``), rows × (longest
+prompt + longest response) in it; packed into one sequence (``trainer.pack_sequences``), its rows' own
+tokens.
 
 With ``trainer.max_tokens_per_micro_batch`` the groups of each global mini-batch are dealt to ranks
 longest first, each to the rank with the fewest tokens so far, then packed first-fit-decreasing into
@@ -35,8 +36,10 @@ def lengths(batch: Batch) -> tuple[Tensor, Tensor]:
     return batch["attention_mask"].sum(-1) - response, response
 
 
-def cost(groups: list[int], prompt: Tensor, response: Tensor, n: int) -> int:
-    """Tokens the micro-batch of these groups computes, padding included."""
+def cost(groups: list[int], prompt: Tensor, response: Tensor, n: int, packed: bool = False) -> int:
+    """Tokens the micro-batch of these groups computes: padding included, or ``packed`` without it."""
+    if packed:
+        return int(prompt.view(-1, n)[groups].sum() + response.view(-1, n)[groups].sum())
     return len(groups) * n * int(prompt.view(-1, n)[groups].max() + response.view(-1, n)[groups].max())
 
 
@@ -46,13 +49,14 @@ def fixed_plan(num_groups: int, groups_per_micro: int) -> list[Micro]:
     ]
 
 
-def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: int) -> list[Micro]:
-    """First-fit decreasing of whole groups into micro-batches of at most ``budget`` tokens (padding counted)."""
-    order = sorted(groups, key=lambda g: (-cost([g], prompt, response, n), g))
+def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: int,
+         packed: bool = False) -> list[Micro]:
+    """First-fit decreasing of whole groups into micro-batches of at most ``budget`` tokens (``cost``)."""
+    order = sorted(groups, key=lambda g: (-cost([g], prompt, response, n, packed), g))
     bins: list[list[int]] = []
     for g in order:
         for b in bins:
-            if cost(b + [g], prompt, response, n) <= budget:
+            if cost(b + [g], prompt, response, n, packed) <= budget:
                 b.append(g)
                 break
         else:
@@ -60,37 +64,39 @@ def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: in
     return [Micro(sorted(b)) for b in bins]
 
 
-def deal(num_groups: int, prompt: Tensor, response: Tensor, n: int, world_size: int) -> list[list[int]]:
+def deal(num_groups: int, prompt: Tensor, response: Tensor, n: int, world_size: int,
+         packed: bool = False) -> list[list[int]]:
     """Groups per rank, balancing tokens: longest first, each to the rank with the fewest so far."""
     load, out = [0] * world_size, [[] for _ in range(world_size)]
-    for g in sorted(range(num_groups), key=lambda g: (-cost([g], prompt, response, n), g)):
+    for g in sorted(range(num_groups), key=lambda g: (-cost([g], prompt, response, n, packed), g)):
         r = min(range(world_size), key=lambda r: (load[r], r))
         out[r].append(g)
-        load[r] += cost([g], prompt, response, n)
+        load[r] += cost([g], prompt, response, n, packed)
     return [sorted(x) for x in out]
 
 
-def equalize(plan: list[Micro], count: int, prompt: Tensor, response: Tensor, n: int) -> list[Micro]:
+def equalize(plan: list[Micro], count: int, prompt: Tensor, response: Tensor, n: int,
+             packed: bool = False) -> list[Micro]:
     """``count`` micro-batches: split the costliest ones that hold several groups, then add weight-0 fillers."""
     plan = list(plan)
     while len(plan) < count:
         splittable = [m for m in plan if len(m.groups) > 1]
         if not splittable:
             break
-        m = max(splittable, key=lambda m: cost(m.groups, prompt, response, n))
+        m = max(splittable, key=lambda m: cost(m.groups, prompt, response, n, packed))
         plan.remove(m)
         half = len(m.groups) // 2
         plan += [Micro(m.groups[:half]), Micro(m.groups[half:])]
-    smallest = min(range(len(prompt) // n), key=lambda g: cost([g], prompt, response, n))
+    smallest = min(range(len(prompt) // n), key=lambda g: cost([g], prompt, response, n, packed))
     return plan + [Micro([smallest], 0.0)] * (count - len(plan))
 
 
-def budget_plan(batch: Batch, n: int, budget: int, env: DistEnv) -> list[Micro]:
+def budget_plan(batch: Batch, n: int, budget: int, env: DistEnv, packed: bool = False) -> list[Micro]:
     """This rank's micro-batches of its own groups, as many as every other rank's."""
     prompt, response = lengths(batch)
-    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget)
+    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget, packed)
     count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
-    return equalize(plan, count, prompt, response, n)
+    return equalize(plan, count, prompt, response, n, packed)
 
 
 def gather_batch(batch: Batch, env: DistEnv) -> Batch:
@@ -112,15 +118,15 @@ def gather_batch(batch: Batch, env: DistEnv) -> Batch:
     return out
 
 
-def balanced_plan(batch: Batch, n: int, budget: int, env: DistEnv) -> tuple[Batch, list[Micro]]:
+def balanced_plan(batch: Batch, n: int, budget: int, env: DistEnv, packed: bool = False) -> tuple[Batch, list[Micro]]:
     """The global mini-batch (gathered) and this rank's micro-batches of it: groups dealt to ranks by
     tokens, packed by ``budget``, as many micro-batches on every rank."""
     whole = gather_batch(batch, env)
     prompt, response = lengths(whole)
-    mine = deal(len(prompt) // n, prompt, response, n, env.world_size)[env.rank]
-    plan = pack(mine, prompt, response, n, budget) if mine else []
+    mine = deal(len(prompt) // n, prompt, response, n, env.world_size, packed)[env.rank]
+    plan = pack(mine, prompt, response, n, budget, packed) if mine else []
     count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
-    return whole, equalize(plan, count, prompt, response, n)
+    return whole, equalize(plan, count, prompt, response, n, packed)
 
 
 def padded_tokens(plan: list[Micro], prompt: Tensor, response: Tensor, n: int) -> int:

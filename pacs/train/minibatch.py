@@ -1,0 +1,116 @@
+"""Mini-batches and micro-batches: the passes over a step's rows without gradients (old log-probs, reference
+log-probs, values) and the optimizer steps with gradient accumulation, for any objective's loss.
+
+A micro-batch is whole groups, by a fixed number of prompts or by a token budget (``pacs.train.packing``);
+each goes to the device trimmed of the columns that are padding in all its rows.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from pacs.train.batch import Batch, group_slices, pad_columns, trimmed
+from pacs.train.config import RunConfig
+from pacs.train.distributed import DistEnv, all_reduce, no_sync, total_norm
+from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
+
+FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
+
+
+def micro_batch(batch: Batch, micro: Micro, n: int, device: str) -> Batch:
+    rows = micro.rows(n)
+    return {k: v.to(device) for k, v in trimmed({k: v[rows] for k, v in batch.items()}).items()}
+
+
+def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Micro]:
+    """This rank's micro-batches of its rows for a no-grad pass: by token budget, or micro_batch_size prompts."""
+    t = config.trainer
+    if t.max_tokens_per_micro_batch:
+        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env, t.pack_sequences)
+    return fixed_plan(batch["response_mask"].shape[0] // n, t.micro_batch_size)
+
+
+@torch.no_grad()
+def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu") -> list[torch.Tensor]:
+    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU."""
+    shape = batch["response_mask"].shape
+    out: list[torch.Tensor] = []
+    for micro in plan:
+        parts = fn(micro_batch(batch, micro, n, device))
+        if not micro.scale:  # a filler pass, there only to keep the ranks' collectives in step
+            continue
+        out = out or [torch.zeros(shape, dtype=torch.float32) for _ in parts]
+        for o, p in zip(out, parts, strict=True):
+            o[micro.rows(n)] = pad_columns(p.float().cpu(), shape[1])
+    return out
+
+
+def update(
+    module,
+    optimizer,
+    loss_fn,
+    batch: Batch,
+    reduction: str,
+    n: int,
+    mini_rows: int,
+    micro_rows: int,
+    epochs: int,
+    grad_clip: float | None,
+    env: DistEnv,
+    max_tokens: int | None = None,
+    packed: bool = False,
+) -> dict:
+    """Optimizer steps over mini-batches of whole groups.
+
+    Each micro-batch's loss is weighted by its share of the global mini-batch (its sequences or tokens;
+    1 for a "sum" reduction), times world_size since DDP and FSDP average gradients over ranks: the
+    accumulated gradient is then the gradient of the objective on the whole global mini-batch, for any
+    micro-batches and any number of ranks. Micro-batches are ``micro_rows`` rows of this rank's share, or,
+    with ``max_tokens``, the global mini-batch's groups dealt to ranks by tokens and packed up to the
+    budget (``pacs.train.packing``; ``packed``: counting the rows' own tokens, no padding). Metrics are
+    averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss.
+    """
+    units = {
+        "sequences": lambda b: float(b["response_mask"].shape[0]),
+        "tokens": lambda b: float(b["response_mask"].sum()),
+        "sum": lambda b: float(b["response_mask"].shape[0]),
+    }[reduction]
+    totals: dict[str, float] = {}
+    grad_norms, skipped = [], 0
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # under fsdp: the shards
+    for _ in range(epochs):
+        for mini in group_slices(batch, mini_rows, n):
+            if max_tokens:
+                mini, plan = balanced_plan(mini, n, max_tokens, env, packed)
+            else:
+                plan = fixed_plan(mini_rows // n, micro_rows // n)
+            local_units = sum(units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan if m.scale)
+            global_units = float(all_reduce(torch.tensor(float(local_units)), env))
+            for i, m in enumerate(plan):
+                micro = micro_batch(mini, m, n, env.device)
+                if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
+                    micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
+                share = units(micro) / global_units * m.scale
+                weight = m.scale if reduction == "sum" else share
+                with no_sync(module, sync=i == len(plan) - 1):
+                    loss, metrics = loss_fn(micro)
+                    (loss * weight * env.world_size).backward()
+                metrics = {**metrics, "loss": loss.detach()}
+                for k, v in metrics.items():
+                    totals[k] = totals.get(k, 0.0) + float(v) * (weight if k == "loss" else share)
+            norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
+            if torch.isfinite(norm):
+                optimizer.step()
+            else:  # every rank holds the same all-reduced gradient, so every rank skips
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+            grad_norms.append(float(norm))
+    out = {k: float(all_reduce(torch.tensor(v), env)) / len(grad_norms) for k, v in totals.items()}
+    out.update(
+        grad_norm=float(np.mean(grad_norms)),
+        grad_norm_max=float(np.max(grad_norms)),
+        skipped_steps=skipped,
+        optimizer_steps=len(grad_norms),
+    )
+    return out
