@@ -43,7 +43,8 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
         options["train_file"] = args.train_file
     chunks = tuple(None if c == "none" else int(c) for c in args.logprob_chunk_sizes)
     report = run_train_bench(args.model, args.data, args.steps, args.seeds, args.variants, args.engines,
-                             args.threads, tuple(args.strategies), chunks, **options)  # fmt: skip
+                             args.threads, tuple(args.strategies), chunks, _shape_overrides(args.trainer),
+                             **options)  # fmt: skip
     atomic_write_json(args.out, report)
     phases = ("generate", "weight_push", "score", "old_logprobs", "update", "step")
     print(f"{'run':36s} {'before':>6s} {'after':>6s} " + " ".join(f"{p[:8]:>8s}" for p in phases)
@@ -475,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--strategies", nargs="+", default=["single"], choices=["single", "ddp", "fsdp"],
                     help="one process, or two ranks (fsdp needs --engines vllm)")  # fmt: skip
     bt.add_argument("--logprob-chunk-sizes", nargs="+", default=["1024"], help="positions per chunk; none: full logits")
+    bt.add_argument("--trainer", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="trainer keys for every run: pack_sequences=false")
     bt.add_argument("--train-file", type=Path, help="prepared prompts instead of the toy task (no held-out accuracy)")
     bt.add_argument("--max-response-length", type=int, default=16, help="new tokens per sample")
     bt.add_argument("--compile", action="store_true", help="vllm: compile (CUDA graphs / torch.compile), not eager")

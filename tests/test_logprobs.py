@@ -187,3 +187,32 @@ def test_packed_critic_values_and_gradients_equal_the_padded_ones():
         torch.testing.assert_close(values, padded[0], atol=1e-5, rtol=0)
         for name, grad in padded[1].items():
             torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=1e-4, msg=f"groups of {group_size}: {name}")
+
+
+@pytest.mark.slow
+def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
+    """trainer.compile (``pacs.train.models.spread``: each decoder layer compiled with dynamic shapes, the
+    packed attention left eager) under activation checkpointing: the eager log-probs and gradients, on two
+    micro-batches of different lengths."""
+    from pacs.train.config import TrainerConfig
+    from pacs.train.distributed import DistEnv
+    from pacs.train.models import scorer_of, spread
+
+    n, model = 4, _small_qwen2()
+    eager, compiled = (TrainerConfig(gradient_checkpointing=True, compile=c) for c in (False, True))
+
+    def run(scorer, batch):
+        scorer.zero_grad()
+        logprobs, _ = token_logprobs(scorer, batch, 1.0, None, n)
+        logprobs.sum().backward()
+        return logprobs.detach(), {k: p.grad.clone() for k, p in scorer.named_parameters()}
+
+    batches = [_grouped_batch(n, seed) for seed in (0, 5)]
+    want = [run(spread(scorer_of(model, eager), eager, DistEnv()), b) for b in batches]
+    scorer = spread(scorer_of(model, compiled), compiled, DistEnv())
+    assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+    for batch, (logprobs, grads) in zip(batches, want, strict=True):
+        got = run(scorer, batch)
+        torch.testing.assert_close(got[0], logprobs, atol=1e-5, rtol=0)
+        for name, grad in grads.items():
+            torch.testing.assert_close(got[1][name], grad, atol=1e-5, rtol=1e-4, msg=name)

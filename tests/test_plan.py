@@ -331,7 +331,8 @@ def test_the_plan_names_the_fewest_layers_that_must_recompute_and_training_recom
 
     def update_bytes(k: int) -> int:
         r = {**run, "trainer": {**run["trainer"], "checkpoint_layers": k}}
-        memory = training_memory(shape, r, job.gpus, True, False, cal.memory_bytes, cal.vllm_overhead_bytes,
+        # PACS as the paper trains it: no reference model, no critic
+        memory = training_memory(shape, r, job.gpus, False, False, cal.memory_bytes, cal.vllm_overhead_bytes,
                                  cal.overhead_bytes)  # fmt: skip
         return sum(memory["update"].values())
 

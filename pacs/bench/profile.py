@@ -10,7 +10,7 @@ optimizer and the gradient-norm reduction, and collectives.
 import re
 
 FAMILIES = (
-    ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|_addmm_activation|linear|matmul)$|gemm|cutlass|sm90_xmma|ampere_"),
+    ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|_addmm_activation|linear|matmul)_?$|gemm|cutlass|sm90_xmma|ampere_"),
     ("attention", r"attention|flash|fmha"),
     ("softmax/logsumexp", r"softmax|logsumexp|^aten::exp"),
     ("optimizer", r"foreach|adam|^Optimizer|_fused_adam|norm_"),

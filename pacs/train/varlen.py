@@ -113,16 +113,21 @@ AttentionInterface.register(IMPLEMENTATION, varlen_attention)
 AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)  # generation and padded batches build SDPA's masks
 
 
-def use_varlen_attention(model: torch.nn.Module) -> None:
-    """Switch ``model`` (SDPA attention over full, not sliding-window, layers) to ``varlen_attention``."""
+def check_full_sdpa(model: torch.nn.Module, key: str) -> None:
+    """Prompt sharing and packing lay out attention themselves: SDPA over full (not sliding-window) layers;
+    else an error naming the trainer ``key`` that asks for it."""
     config = model.config
     layer_types = getattr(config, "layer_types", None) or ["full_attention"]
     if config._attn_implementation not in ("sdpa", IMPLEMENTATION) or set(layer_types) != {"full_attention"}:
         raise ValueError(
-            f"trainer.pack_sequences needs SDPA attention over full (not sliding-window) layers; this model has "
-            f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.pack_sequences "
-            f"false"
+            f"trainer.{key} needs SDPA attention over full (not sliding-window) layers; this model has "
+            f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.{key} false"
         )
+
+
+def use_varlen_attention(model: torch.nn.Module) -> None:
+    """Switch ``model`` (SDPA attention over full, not sliding-window, layers) to ``varlen_attention``."""
+    check_full_sdpa(model, "pack_sequences")
     model.set_attn_implementation(IMPLEMENTATION)
 
 
