@@ -59,8 +59,9 @@ def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained
     if trainer.gradient_checkpointing and trained:
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         hf.train()  # transformers checkpoints only in training mode (dropout is 0 in these models)
-        for layer in hf.base_model.layers[trainer.checkpoint_layers :]:  # None: every layer recomputes
-            layer.gradient_checkpointing = False
+        if trainer.checkpoint_layers is not None:  # the later layers keep their activations
+            for layer in hf.base_model.layers[trainer.checkpoint_layers :]:
+                layer.gradient_checkpointing = False
     if not trained and (trainer.strategy == "ddp" or not dist.is_initialized()):
         return model.to(env.device)
     compute = getattr(torch, trainer.compute_dtype) if trainer.compute_dtype else None
