@@ -25,7 +25,8 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
 
         real = [r.gold for r in load_gold_rows(args.data_dir, args.real_golds)]
     report = run_verifier_bench(
-        args.answers, args.groups, args.n, args.distinct_per_group, args.seed, _verify_config(args), real, args.rounds
+        args.answers, args.groups, args.n, args.distinct_per_group, args.seed, _verify_config(args), real, args.rounds,
+        tuple(args.workers_counts),
     )
     atomic_write_json(args.out, report)
     print(f"{'measurement':32s} {'answers':>8s} {'answers/s':>10s}")
@@ -107,6 +108,7 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
     trainer = {
         "compute_dtype": args.compute_dtype,
         "gradient_checkpointing": args.gradient_checkpointing,
+        "checkpoint_layers": args.checkpoint_layers,
         "logprob_chunk_size": None if args.logprob_chunk_size == "none" else int(args.logprob_chunk_size),
     }
     variants = {v: UPDATE_VARIANTS[v] for v in args.variants} if args.variants else None
@@ -454,7 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = verbs.add_parser("bench", help="speed measurements, written under results/bench/")
     what = bench.add_subparsers(dest="what", required=True)
-    bv = what.add_parser("verifier", help="verifier answers/s: in process, 1 and 2 workers, groups of n")
+    bv = what.add_parser("verifier", help="verifier answers/s: in process, pools of workers, groups of n")
+    bv.add_argument("--workers-counts", type=int, nargs="+", default=[1, 2],
+                    help="pool sizes measured (a GPU node's cores: 1 2 4 8 16)")
     bv.add_argument("--answers", type=int, default=2000, help="distinct answers to score")
     bv.add_argument("--groups", type=int, default=250, help="prompts in the grouped measurement")
     bv.add_argument("--n", type=int, default=8, help="answers per prompt in the grouped measurement")
@@ -506,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--steps", type=int, default=3)
     bu.add_argument("--compute-dtype", choices=["float32", "bfloat16"], help="fsdp only (trainer.compute_dtype)")
     bu.add_argument("--gradient-checkpointing", action="store_true")
+    bu.add_argument("--checkpoint-layers", type=int, help="with checkpointing, only the first K layers recompute")
     bu.add_argument("--logprob-chunk-size", default="1024", help="positions per chunk; none: full logits")
     bu.add_argument("--peak-flops", type=float, help="per device, for MFU (H100 bf16 dense: 989e12)")
     bu.add_argument("--group-size", type=int, default=1, help="rows per prompt (rollout.n); --rows a multiple")

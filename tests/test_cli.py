@@ -8,14 +8,16 @@ from pacs.verify import STATUSES
 
 def test_bench_verifier_writes_a_report(tmp_path, capsys):
     out = tmp_path / "bench" / "verifier.json"
-    assert main(["bench", "verifier", "--answers", "30", "--groups", "5", "--out", str(out)]) == 0
+    args = ["bench", "verifier", "--answers", "30", "--groups", "5", "--workers-counts", "1", "2", "3"]
+    assert main([*args, "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     rows = report["results"]
-    assert set(rows) == {"in_process", "pool_1_workers", "pool_2_workers", "pool_2_workers_groups_of_8"}
+    assert set(rows) == {"in_process", "pool_1_workers", "pool_2_workers", "pool_3_workers",
+                         "pool_2_workers_groups_of_8"}  # fmt: skip
     for row in rows.values():
         assert row["answers_per_s"] > 0
         assert set(row["statuses"]) == set(STATUSES) and sum(row["statuses"].values()) == row["answers"]
-    assert rows["pool_2_workers"]["agrees_with_in_process"] is True
+    assert rows["pool_2_workers"]["agrees_with_in_process"] is rows["pool_3_workers"]["agrees_with_in_process"] is True
     grouped = rows["pool_2_workers_groups_of_8"]
     assert grouped["answers"] == 40 and grouped["unique_pairs"] <= 15
     assert "answers/s" in capsys.readouterr().out

@@ -181,10 +181,11 @@ def real_golds_rounds(golds: list[str], n: int, distinct_per_group: int, seed: i
 
 def run_verifier_bench(
     answers: int, groups: int, n: int, distinct_per_group: int, seed: int, config: VerifyConfig,
-    real_golds: list[str] | None = None, rounds: int = 3,
+    real_golds: list[str] | None = None, rounds: int = 3, workers_counts: tuple[int, ...] = (1, 2),
 ) -> dict:  # fmt: skip
-    """Synthetic answers: in process, the pool with 1 and 2 workers, and groups of n; with ``real_golds``,
-    also those golds answered in groups of n (``real_golds_rounds``)."""
+    """Synthetic answers: in process, the pool with each of ``workers_counts`` workers (on a GPU node's cores:
+    1 2 4 8 16), and groups of n; with ``real_golds``, also those golds answered in groups of n
+    (``real_golds_rounds``)."""
     golds, texts = distinct_batch(answers, seed)
     warm_golds, warm_texts = distinct_batch(200, seed + 1000)  # ANTLR's parser caches warm up over ~100s of parses
     for g, a in zip(warm_golds, warm_texts, strict=True):
@@ -198,7 +199,7 @@ def run_verifier_bench(
             "statuses": status_counts(in_process),
         }
     }
-    for workers in (1, 2):
+    for workers in workers_counts:
         with VerifierPool(config, workers=workers) as pool:
             pool.score(warm_golds, warm_texts)  # workers are up and warm
             t = time.perf_counter()
