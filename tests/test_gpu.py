@@ -180,7 +180,7 @@ def test_the_cuda_rng_is_kept_around_the_engines(tiny_model):
     assert engine.generate([[1, 2, 3]], SamplingParams(n=2, max_tokens=8, seed=7)) == first
 
 
-@pytest.mark.skipif(not CUDA, reason="the bf16 GEMM into an fp32 gradient is the CUDA path (pacs.train.logprobs)")
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: the bf16 GEMM into an fp32 gradient is the CUDA path")
 def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
     """``_accumulate_head_grad`` on CUDA: bf16 operands accumulated into the fp32 gradient by one GEMM, against
     upcasting both and an fp32 matmul (TF32 off): the same products, summed in another order."""
@@ -196,7 +196,7 @@ def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.skipif(not CUDA, reason="packed rows on the GPU's attention kernels")
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: packed rows on the GPU attention kernels")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
     """The packed layout (each group's prompt once) against padded whole rows on CUDA: log-probs and gradients

@@ -14,7 +14,9 @@ With ``group_size`` n > 1 (rows in groups of n that share one prompt, as rollout
 prompt goes through the decoder once: its keys and values are then read by its n responses, as a KV
 cache is in generation. The linear layers' work on the prompt is paid once per group instead of n
 times; gradients flowing back through the shared keys and values sum over the n responses, as they
-would over n copies. The same values as n separate rows, to float rounding.
+would over n copies. The same values as n separate rows, to float rounding. With ``pack``
+(``pacs.train.varlen``) the rows go through the decoder as one sequence without padding, prompts shared the
+same way; the padded paths here stay, for ``trainer.pack_sequences: false`` and to check against.
 """
 
 import torch
