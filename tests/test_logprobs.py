@@ -135,12 +135,14 @@ def test_packed_rows_hold_the_real_tokens_only():
     response = batch["response_mask"].sum(-1)
     whole = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"])
     assert whole.input_ids.shape[1] == int((prompt + response).sum())  # no padding
-    assert len(whole.segments) == len(prompt) and all(c == d for *_, c, d in whole.segments)
+    assert len(whole.sizes) == len(prompt) and whole.context == [None] * len(prompt)
     shared = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"], n)
     assert shared.input_ids.shape[1] == int(prompt[::n].sum() + response.sum())  # each prompt once
-    for start, _, context_start, context_end in shared.segments:  # responses start where their prompt ends
-        if context_end > context_start:
-            assert shared.position_ids[0, start] == shared.position_ids[0, context_end - 1] + 1
+    starts = [sum(shared.sizes[:i]) for i in range(len(shared.sizes))]
+    for start, context in zip(starts, shared.context, strict=True):  # responses start where their prompt ends
+        if context is not None:
+            prompt_end = starts[context] + shared.sizes[context]
+            assert shared.position_ids[0, start] == shared.position_ids[0, prompt_end - 1] + 1
     # every response token is predicted from the position before it: its row's, or its group's prompt's last
     width_t = batch["response_mask"].shape[1]
     targets = batch["input_ids"][:, -width_t:][batch["response_mask"]]

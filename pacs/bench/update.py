@@ -67,8 +67,9 @@ def batch_work(batch, n: int, shared: bool, packed: bool) -> dict:
     (each group's prompt once when ``shared``), the positions it computes (padding included unless
     ``packed``), and the keys attended summed over those positions (causal; a shared prompt's keys are read
     by each of its responses)."""
-    prompt = (batch["attention_mask"].sum(-1) - batch["response_mask"].sum(-1)).tolist()
-    response = batch["response_mask"].sum(-1).tolist()
+    from pacs.train.packing import lengths
+
+    prompt, response = (x.tolist() for x in lengths(batch))
     rows, width = batch["input_ids"].shape
     width_t = batch["response_mask"].shape[1]
     firsts = range(0, rows, n) if shared else range(rows)

@@ -84,9 +84,7 @@ def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) 
     mask = batch["response_mask"]
     if pack:
         packed = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], mask, group_size)
-        logits = critic(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                        attention_mask={"full_attention": None}, packed=packed, use_cache=False).logits  # fmt: skip
-        values = logits[0, packed.hidden_index, 0].float()
+        values = critic(**packed.inputs()).logits[0, packed.hidden_index, 0].float()
         return torch.zeros(mask.shape, device=mask.device).masked_scatter(mask, values)
     values = critic(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]

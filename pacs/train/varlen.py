@@ -30,18 +30,20 @@ IMPLEMENTATION = "pacs_varlen"
 class PackedRows:
     """Where each row's tokens sit in the packed sequence (a plain object: FSDP passes it through untouched).
 
-    ``segments``: (start, end, context_start, context_end) in the packed sequence, covering it in order;
-    the context is the shared prompt the segment attends to before itself (empty: none). ``hidden_index``
-    (N,): for each response token, in ``response_mask`` order, the position whose hidden state predicts it.
+    The segments cover the sequence in order: ``sizes`` their lengths, ``context`` for each the index of the
+    segment (its group's prompt) it attends to before itself, or None. ``hidden_index`` (N,): for each
+    response token, in ``response_mask`` order, the position whose hidden state predicts it.
     """
 
-    def __init__(self, input_ids: Tensor, position_ids: Tensor, segments: list[tuple[int, int, int, int]],
+    def __init__(self, input_ids: Tensor, position_ids: Tensor, sizes: list[int], context: list[int | None],
                  hidden_index: Tensor):  # fmt: skip
         self.input_ids, self.position_ids = input_ids, position_ids  # (1, L)
-        self.segments, self.hidden_index = segments, hidden_index
-        starts = {start: i for i, (start, *_) in enumerate(segments)}
-        self.sizes = [end - start for start, end, _, _ in segments]
-        self.context = [starts[c] if d > c else None for _, _, c, d in segments]  # its context's segment index
+        self.sizes, self.context, self.hidden_index = sizes, context, hidden_index
+
+    def inputs(self) -> dict:
+        """A model's keyword arguments for this sequence: no mask of its own, the layout for the attention."""
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids,
+                "attention_mask": {"full_attention": None}, "packed": self, "use_cache": False}  # fmt: skip
 
 
 def pack_rows(input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, response_mask: Tensor,
@@ -55,32 +57,30 @@ def pack_rows(input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, r
     n = group_size
     if n > 1 and not (input_ids[:, :width_p].view(-1, n, width_p) == input_ids[::n, None, :width_p]).all():
         raise ValueError(f"prompt sharing needs rows in groups of {n} with one prompt each")
-    source, segments, hidden, at = [], [], [], 0  # source: flat indices into the padded (B, P + T) tensors
+    source, sizes, context, hidden = [], [], [], []  # source: flat indices into the padded (B, P + T) tensors
 
-    def take(row: int, begin: int, length: int) -> int:
-        nonlocal at
+    def take(row: int, begin: int, length: int, attends: int | None = None) -> int:
+        """A segment of ``length`` tokens of ``row`` from column ``begin``; its start in the packed sequence."""
         source.append(torch.arange(row * width + begin, row * width + begin + length))
-        at += length
-        return at - length
+        sizes.append(length)
+        context.append(attends)
+        return sum(sizes) - length
 
     for i in range(rows):
         p, t = prompt[i], response[i]
         if n == 1:  # the row whole: the token at j predicts j + 1, from the prompt's last token on
             start = take(i, width_p - p, p + t)
-            segments.append((start, at, 0, 0))
             hidden.append(torch.arange(start + p - 1, start + p - 1 + t))
             continue
         if i % n == 0:
-            prompt_start = take(i, width_p - p, p)
-            segments.append((prompt_start, at, 0, 0))
+            prompt_segment, prompt_start = len(sizes), take(i, width_p - p, p)
         if not t:
             continue
-        start = take(i, width_p, t)
-        segments.append((start, at, prompt_start, prompt_start + p))
+        start = take(i, width_p, t, prompt_segment)
         hidden.append(torch.tensor([prompt_start + p - 1]))  # the prompt's last token predicts the first
         hidden.append(torch.arange(start, start + t - 1))
     index = torch.cat(source).to(input_ids.device)
-    return PackedRows(input_ids.reshape(-1)[index][None], position_ids.reshape(-1)[index][None], segments,
+    return PackedRows(input_ids.reshape(-1)[index][None], position_ids.reshape(-1)[index][None], sizes, context,
                       torch.cat(hidden).to(input_ids.device))  # fmt: skip
 
 
@@ -133,6 +133,4 @@ def use_varlen_attention(model: torch.nn.Module) -> None:
 
 def packed_hidden(decoder: torch.nn.Module, packed: PackedRows) -> Tensor:
     """The final hidden states (N, H) that predict the response tokens, in ``response_mask`` order."""
-    out = decoder(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                  attention_mask={"full_attention": None}, packed=packed, use_cache=False)  # fmt: skip
-    return out.last_hidden_state[0, packed.hidden_index]
+    return decoder(**packed.inputs()).last_hidden_state[0, packed.hidden_index]
