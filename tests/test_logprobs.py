@@ -128,28 +128,87 @@ def test_shared_prompts_and_packed_rows_give_what_whole_padded_rows_give(chunk_s
 
 
 def test_packed_rows_hold_the_real_tokens_only():
-    from pacs.train.varlen import pack_rows
+    from pacs.train.varlen import PackedRows
 
     n, batch = 4, _grouped_batch(4)
     prompt = batch["attention_mask"].sum(-1) - batch["response_mask"].sum(-1)
     response = batch["response_mask"].sum(-1)
-    whole = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"])
-    assert whole.input_ids.shape[1] == int((prompt + response).sum())  # no padding
-    assert len(whole.sizes) == len(prompt) and whole.context == [None] * len(prompt)
-    shared = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["response_mask"], n)
-    assert shared.input_ids.shape[1] == int(prompt[::n].sum() + response.sum())  # each prompt once
-    starts = [sum(shared.sizes[:i]) for i in range(len(shared.sizes))]
-    for start, context in zip(starts, shared.context, strict=True):  # responses start where their prompt ends
-        if context is not None:
-            prompt_end = starts[context] + shared.sizes[context]
-            assert shared.position_ids[0, start] == shared.position_ids[0, prompt_end - 1] + 1
+    layouts = [PackedRows.of(batch["input_ids"], batch["attention_mask"], batch["response_mask"], g) for g in (1, n)]
+    whole, shared = ({**p.inputs(batch["input_ids"], batch["position_ids"]), "layout": p} for p in layouts)
+    assert whole["input_ids"].shape[1] == int((prompt + response).sum())  # no padding
+    assert len(layouts[0].sizes) == len(prompt) and layouts[0].context == [None] * len(prompt)
+    assert shared["input_ids"].shape[1] == int(prompt[::n].sum() + response.sum())  # each prompt once
+    sizes, context = layouts[1].sizes, layouts[1].context
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    for start, c in zip(starts, context, strict=True):  # responses start where their prompt ends
+        if c is not None:
+            assert shared["position_ids"][0, start] == shared["position_ids"][0, starts[c] + sizes[c] - 1] + 1
     # every response token is predicted from the position before it: its row's, or its group's prompt's last
     width_t = batch["response_mask"].shape[1]
     targets = batch["input_ids"][:, -width_t:][batch["response_mask"]]
     target_positions = batch["position_ids"][:, -width_t:][batch["response_mask"]]
-    assert (whole.input_ids[0, whole.hidden_index + 1] == targets).all()
+    assert (whole["input_ids"][0, layouts[0].hidden_index + 1] == targets).all()
     for packed in (whole, shared):
-        assert (packed.position_ids[0, packed.hidden_index] + 1 == target_positions).all()
+        layout = packed["layout"]
+        assert (packed["position_ids"][0, layout.hidden_index] + 1 == target_positions).all()
+        assert (batch["input_ids"].reshape(-1)[layout.target_index] == targets).all()
+        assert (batch["response_mask"].reshape(-1)[layout.response_index]).all()
+        assert len(layout.response_index) == int(response.sum())
+    with pytest.raises(ValueError, match="groups of 3"):  # 12 rows as groups of 3 mix two prompts
+        PackedRows.of(batch["input_ids"], batch["attention_mask"], batch["response_mask"], 3)
+
+
+def _random_layouts(count: int, seed: int = 0):
+    """Segment layouts as packing makes them: whole rows, or groups of a prompt and its responses."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        n, sizes, context = rng.choice([1, 2, 4]), [], []
+        for _ in range(rng.randint(1, 4)):
+            prompt = len(sizes)
+            sizes.append(rng.randint(1, 400 if n == 1 else 300))
+            context.append(None)
+            for _ in range(n if n > 1 else 0):
+                sizes.append(rng.randint(1, 300))
+                context.append(prompt)
+        yield sizes, context
+
+
+def test_the_block_mask_of_a_layout_is_torchs_without_evaluating_every_pair():
+    """``segment_block_mask`` reads the segments' intervals on the host: the same partial and full blocks as
+    torch's create_block_mask, which evaluates the mask at every (query, key) pair, on random layouts."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from pacs.train.varlen import segment_block_mask, segment_mask_mod
+
+    for sizes, context in _random_layouts(60):
+        length = sum(sizes)
+        segment = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        ctx = torch.tensor([-1 if c is None else c for c in context])
+        want = create_block_mask(segment_mask_mod(segment, ctx), 1, 1, length, length, device="cpu")
+        got = segment_block_mask(sizes, context, "cpu")
+        for counts, indices in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")):
+            assert torch.equal(getattr(got, counts), getattr(want, counts)), (sizes, context, counts)
+            for q, c in enumerate(getattr(want, counts)[0, 0].tolist()):
+                blocks = [set(getattr(x, indices)[0, 0, q, :c].tolist()) for x in (got, want)]
+                assert blocks[0] == blocks[1], (sizes, context, indices, q)
+        assert torch.equal(got.to_dense(), want.to_dense())
+
+
+def test_one_flex_attention_call_equals_the_per_segment_calls():
+    """The CUDA kernel's path (FlexAttention over the layout's block mask, one call, GQA unexpanded) against
+    one SDPA call per segment, here in FlexAttention's eager reference (no backward on CPU)."""
+    from pacs.train.varlen import PackedRows, varlen_attention
+
+    g = torch.Generator().manual_seed(0)
+    response = [7, 0, 30, 140, 3, 60, 1, 200]  # an empty response too
+    for n, prompt in ((1, [5, 9] * 4), (4, [5] * 4 + [9] * 4)):
+        layouts = [PackedRows(prompt, response, 9, 200, n, kernel) for kernel in ("segments", "flex")]
+        q, k, v = (torch.randn(1, heads, layouts[0].length, 16, generator=g) for heads in (4, 2, 2))
+        with torch.no_grad():
+            per_segment, flex = (varlen_attention(None, q, k, v, None, 0.25, packed=p)[0] for p in layouts)
+        torch.testing.assert_close(flex, per_segment, atol=1e-5, rtol=1e-5)
 
 
 def test_prompt_sharing_refuses_what_it_cannot_share():

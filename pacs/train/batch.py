@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pacs.rollout import Completion
-from pacs.train.varlen import pack_rows
+from pacs.train.varlen import PackedRows
 
 Batch = dict[str, Tensor]
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # (B, P + T); the rest are (B, ·)
+PACKED = "packed"  # a micro-batch's PackedRows on the device, beside its tensors (pacs.train.minibatch)
 
 
 def rollout_batch(prompts: list[list[int]], completions: list[list[Completion]], pad_token_id: int) -> Batch:
@@ -74,7 +75,8 @@ def token_logprobs(
     """
     return scorer(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                   position_ids=batch["position_ids"], response_mask=batch["response_mask"],
-                  temperature=temperature, entropy=entropy, group_size=group_size)  # fmt: skip
+                  temperature=temperature, entropy=entropy, group_size=group_size,
+                  packed=batch.get(PACKED))  # fmt: skip
 
 
 def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) -> Tensor:
@@ -83,9 +85,12 @@ def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) 
     0 at padding."""
     mask = batch["response_mask"]
     if pack:
-        packed = pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"], mask, group_size)
-        values = critic(**packed.inputs()).logits[0, packed.hidden_index, 0].float()
-        return torch.zeros(mask.shape, device=mask.device).masked_scatter(mask, values)
+        packed = batch.get(PACKED)
+        if packed is None:  # read from the masks (waits for the device)
+            packed = PackedRows.of(*(batch[k].cpu() for k in ("input_ids", "attention_mask", "response_mask")),
+                                   group_size).to(mask.device)  # fmt: skip
+        values = critic(**packed.inputs(batch["input_ids"], batch["position_ids"])).logits[0, packed.hidden_index, 0]
+        return values.new_zeros(mask.numel()).index_copy_(0, packed.response_index, values).view(mask.shape).float()
     values = critic(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
     ).logits

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from pacs.train.varlen import check_full_sdpa, pack_rows, packed_hidden, use_varlen_attention
+from pacs.train.varlen import PackedRows, check_full_sdpa, packed_hidden, use_varlen_attention
 
 
 def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
@@ -167,47 +167,51 @@ class PolicyScorer(torch.nn.Module):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_mask=None,
                 temperature: float = 1.0, entropy: str | None = None, group_size: int = 1,
+                packed: PackedRows | None = None,
                 generate: dict | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """``entropy``: None, "no_grad" (for logging) or "grad" (an entropy loss term). ``group_size``: rows
-        come in groups of this many with one prompt (shared when ``share_prompt``). ``generate``: instead, the
-        model's ``generate(**generate)``, inside this module's forward so that FSDP2 gathers the parameters
-        around it as it does around scoring."""
+        come in groups of this many with one prompt (shared when ``share_prompt``). ``packed``: the rows' layout
+        when ``pack``, built on the host (``pacs.train.minibatch``); without it, read from the masks (which waits
+        for the device). ``generate``: instead, the model's ``generate(**generate)``, inside this module's
+        forward so that FSDP2 gathers the parameters around it as it does around scoring."""
         if generate is not None:
             return self.model.generate(**generate)
         width_t = response_mask.shape[1]
-        targets = input_ids[:, -width_t:]
         decoder, head = self.model.base_model, self.model.get_output_embeddings()
         if self.pack:
-            packed = pack_rows(input_ids, attention_mask, position_ids, response_mask,
-                               group_size if self.share_prompt else 1)  # fmt: skip
-            hidden = packed_hidden(decoder, packed)  # (N, H): response tokens only
-            if self.chunk_size is None:  # back to (B, T, H) for the full path
-                hidden = hidden.new_zeros(*response_mask.shape, hidden.shape[-1]).masked_scatter(
-                    response_mask[..., None], hidden
-                )
-        elif self.share_prompt and group_size > 1:
-            hidden = shared_prompt_hidden(decoder, input_ids, attention_mask, position_ids, width_t, group_size)
+            if packed is None:
+                packed = PackedRows.of(input_ids.cpu(), attention_mask.cpu(), response_mask.cpu(),
+                                       group_size if self.share_prompt else 1).to(input_ids.device)  # fmt: skip
+            hidden = packed_hidden(decoder, packed, input_ids, position_ids)  # (N, H): response tokens only
+            targets = input_ids.reshape(-1)[packed.target_index]
+
+            def place(x: Tensor) -> Tensor:  # (N, ...) response tokens -> (B, T, ...), 0 at padding; no sync
+                whole = x.new_zeros(response_mask.numel(), *x.shape[1:]).index_copy_(0, packed.response_index, x)
+                return whole.view(*response_mask.shape, *x.shape[1:])
         else:
-            out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-            # the hidden state at position j predicts token j + 1: the response's come from the prompt's last token on
-            hidden = out.last_hidden_state[:, -width_t - 1 : -1]
-        if self.chunk_size is None:
+            if self.share_prompt and group_size > 1:
+                hidden = shared_prompt_hidden(decoder, input_ids, attention_mask, position_ids, width_t, group_size)
+            else:
+                out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+                # the hidden state at position j predicts token j + 1: the response's come from the prompt's last
+                hidden = out.last_hidden_state[:, -width_t - 1 : -1]
+            hidden, targets = hidden[response_mask], input_ids[:, -width_t:][response_mask]  # (N, H), (N,)
+
+            def place(x: Tensor) -> Tensor:
+                whole = x.new_zeros(*response_mask.shape, *x.shape[1:])
+                return whole.masked_scatter(response_mask.view(*response_mask.shape, *[1] * (x.dim() - 1)), x)
+        if self.chunk_size is None:  # the full logits of the response tokens at once (the old path)
             logprobs = torch.log_softmax(head(hidden).float() / temperature, -1)
             chosen = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             ent = None
             if entropy is not None:
                 ent = -(logprobs.exp() * logprobs).sum(-1)
-                ent = ent if entropy == "grad" else ent.detach()
-            return torch.where(response_mask, chosen, 0.0), ent if ent is None else torch.where(response_mask, ent, 0.0)
-        if not self.pack:
-            hidden = hidden[response_mask]  # (N, H): response tokens only
+                ent = place(ent if entropy == "grad" else ent.detach())
+            return place(chosen), ent
         if getattr(head, "bias", None) is not None:
             raise ValueError("chunked log-probs need an LM head without bias; set trainer.logprob_chunk_size: null")
-        chosen = ChunkedLogprobs.apply(hidden, head.weight, targets[response_mask], temperature, self.chunk_size)
-        logprobs = torch.zeros(response_mask.shape, dtype=torch.float32, device=hidden.device)
-        logprobs = logprobs.masked_scatter(response_mask, chosen)
+        chosen = ChunkedLogprobs.apply(hidden, head.weight, targets, temperature, self.chunk_size)
         ent = None
         if entropy is not None:
-            values = chunked_entropy(hidden, head.weight, temperature, self.chunk_size, grad=entropy == "grad")
-            ent = torch.zeros_like(logprobs).masked_scatter(response_mask, values)
-        return logprobs, ent
+            ent = place(chunked_entropy(hidden, head.weight, temperature, self.chunk_size, grad=entropy == "grad"))
+        return place(chosen), ent

@@ -26,7 +26,7 @@ from pacs.train import retention
 from pacs.train.batch import Batch, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
-from pacs.train.minibatch import forward_pass, micro_plan, update
+from pacs.train.minibatch import forward_pass, micro_plan, pack_group, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
@@ -98,21 +98,21 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
     n = config.rollout.n
     temperature = config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
-    device, shape, fresh = env.device, batch["response_mask"].shape, fresh_rows(config, env)
+    device, shape, fresh, pack = env.device, batch["response_mask"].shape, fresh_rows(config, env), pack_group(config)
     batch["old_logprobs"], entropy = torch.zeros(shape), torch.zeros(shape)
     if fresh < shape[0]:
         rest = {k: v[fresh:] for k, v in batch.items()}
         batch["old_logprobs"][fresh:], entropy[fresh:] = forward_pass(
             rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad", n),
-            device,
+            device, pack,
         )  # fmt: skip
     plan = micro_plan(batch, n, config, env) if reference is not None or critic is not None else []
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(
-            batch, plan, n, lambda m: token_logprobs(reference, m, temperature, None, n)[:1], device
+            batch, plan, n, lambda m: token_logprobs(reference, m, temperature, None, n)[:1], device, pack
         )
     if critic is not None:
-        (batch["values"],) = forward_pass(batch, plan, n, lambda m: [critic_values(critic, m, config)], device)
+        (batch["values"],) = forward_pass(batch, plan, n, lambda m: [critic_values(critic, m, config)], device, pack)
     return entropy
 
 
@@ -126,11 +126,12 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     (rows, width), fresh = batch["response_mask"].shape, fresh_rows(config, env)
     wide = int(all_reduce(torch.tensor(width), env, "max")) if fresh else width
     seen = torch.zeros(2, env.world_size * fresh, wide)  # old log-probs and entropy of every rank's fresh rows
+    scored = []  # (rows in `seen`, their log-probs, entropy) on the device, copied to `seen` after the update
     index = torch.arange(rows)
     batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
                  epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch,
-                 packed=t.pack_sequences)  # fmt: skip
+                 pack=pack_group(config))  # fmt: skip
     if critic is not None:
 
         def critic_loss(micro: Batch):
@@ -143,21 +144,22 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
 
     def actor_loss(micro: Batch):
         with_entropy = "entropy" in objective.needs(options)
-        row = micro.pop("row")
+        row = micro.pop("row")  # on the host
         on_policy = bool((row != -1).all())  # a micro-batch lies in one mini-batch: all fresh or none
         mode = "grad" if with_entropy else "no_grad" if on_policy else None
         logprobs, ent = token_logprobs(policy, micro, temperature, mode, n)
         if on_policy:  # the weights that sampled these rows score them: their old log-probs are these
             micro["old_logprobs"] = logprobs.detach()
             if (row >= 0).all():
-                seen[0, row.cpu()] = pad_columns(logprobs.detach().float().cpu(), wide)
-                seen[1, row.cpu()] = pad_columns(ent.detach().float().cpu(), wide)
+                scored.append((row, logprobs.detach().float(), ent.detach().float()))
         return objective.loss({**micro, "logprobs": logprobs, **({"entropy": ent} if with_entropy else {})},
                               n, options)  # fmt: skip
 
     metrics = update(policy, models.optimizer, actor_loss, batch, objective.reduction(options),
                      grad_clip=config.optim.grad_clip, **sizes)  # fmt: skip
     del batch["row"]
+    for row, logprobs, ent in scored:  # to the host now that the update has been issued
+        seen[0, row], seen[1, row] = pad_columns(logprobs.cpu(), wide), pad_columns(ent.cpu(), wide)
     if fresh:
         mine = all_reduce(seen, env)[:, env.rank * fresh : (env.rank + 1) * fresh, :width]
         batch["old_logprobs"][:fresh], entropy[:fresh] = mine[0], mine[1]

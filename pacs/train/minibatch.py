@@ -2,7 +2,9 @@
 log-probs, values) and the optimizer steps with gradient accumulation, for any objective's loss.
 
 A micro-batch is whole groups, by a fixed number of prompts or by a token budget (``pacs.train.packing``);
-each goes to the device trimmed of the columns that are padding in all its rows.
+each goes to the device trimmed of the columns that are padding in all its rows, by queued copies, with its
+packed layout built on the host (``pacs.train.varlen``). Nothing between two micro-batches waits for the
+device: outputs and metrics stay there, and reach the host once per pass or mini-batch.
 """
 
 import math
@@ -10,17 +12,32 @@ import math
 import numpy as np
 import torch
 
-from pacs.train.batch import Batch, group_slices, pad_columns, trimmed
+from pacs.train.batch import PACKED, Batch, group_slices, pad_columns, trimmed
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
+from pacs.train.varlen import PackedRows, to_device
 
 FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
+HOST_KEYS = ("row",)  # read by the host inside a micro-batch's loss: kept there
 
 
-def micro_batch(batch: Batch, micro: Micro, n: int, device: str) -> Batch:
+def pack_group(config: RunConfig) -> int | None:
+    """The group size of the trainer's packed layout (each prompt once when shared), None when rows are padded."""
+    t = config.trainer
+    return (config.rollout.n if t.share_prompt else 1) if t.pack_sequences else None
+
+
+def micro_batch(batch: Batch, micro: Micro, n: int, device: str, pack: int | None = None) -> Batch:
+    """The micro-batch's rows of ``batch`` (on the host) trimmed and on ``device``; with ``pack`` (a group
+    size) its ``PackedRows`` beside them, built from the host's rows."""
     rows = micro.rows(n)
-    return {k: v.to(device) for k, v in trimmed({k: v[rows] for k, v in batch.items()}).items()}
+    host = trimmed({k: v[rows] for k, v in batch.items()})
+    out = {k: v if k in HOST_KEYS else to_device(v, device) for k, v in host.items()}
+    if pack is not None:
+        out[PACKED] = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], pack)
+        out[PACKED].to(device)
+    return out
 
 
 def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Micro]:
@@ -32,18 +49,21 @@ def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Mi
 
 
 @torch.no_grad()
-def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu") -> list[torch.Tensor]:
-    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU."""
+def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu",
+                 pack: int | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU:
+    gathered on the device, copied to the host once."""
     shape = batch["response_mask"].shape
     out: list[torch.Tensor] = []
     for micro in plan:
-        parts = fn(micro_batch(batch, micro, n, device))
+        parts = fn(micro_batch(batch, micro, n, device, pack))
         if not micro.scale:  # a filler pass, there only to keep the ranks' collectives in step
             continue
-        out = out or [torch.zeros(shape, dtype=torch.float32) for _ in parts]
+        out = out or [torch.zeros(shape, dtype=torch.float32, device=device) for _ in parts]
+        rows = to_device(micro.rows(n), device)
         for o, p in zip(out, parts, strict=True):
-            o[micro.rows(n)] = pad_columns(p.float().cpu(), shape[1])
-    return out
+            o[rows] = pad_columns(p.float(), shape[1])
+    return [o.cpu() for o in out]
 
 
 def update(
@@ -59,7 +79,7 @@ def update(
     grad_clip: float | None,
     env: DistEnv,
     max_tokens: int | None = None,
-    packed: bool = False,
+    pack: int | None = None,
 ) -> dict:
     """Optimizer steps over mini-batches of whole groups.
 
@@ -68,45 +88,49 @@ def update(
     accumulated gradient is then the gradient of the objective on the whole global mini-batch, for any
     micro-batches and any number of ranks. Micro-batches are ``micro_rows`` rows of this rank's share, or,
     with ``max_tokens``, the global mini-batch's groups dealt to ranks by tokens and packed up to the
-    budget (``pacs.train.packing``; ``packed``: counting the rows' own tokens, no padding). Metrics are
-    averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss.
+    budget (``pacs.train.packing``). ``pack``: the rows go through the model packed in groups of that size
+    (``pack_group``), and budgets count their own tokens, no padding. Metrics are averaged the same way (by
+    rows for "sum"); ``loss`` is the mini-batch loss. They add up on the device: the host waits for it once per
+    mini-batch (the gradient norm), and for the metrics once at the end.
     """
     units = {
         "sequences": lambda b: float(b["response_mask"].shape[0]),
         "tokens": lambda b: float(b["response_mask"].sum()),
         "sum": lambda b: float(b["response_mask"].shape[0]),
     }[reduction]
-    totals: dict[str, float] = {}
+    totals: dict[str, torch.Tensor | float] = {}
     grad_norms, skipped = [], 0
     params = [p for group in optimizer.param_groups for p in group["params"]]  # under fsdp: the shards
     for _ in range(epochs):
         for mini in group_slices(batch, mini_rows, n):
             if max_tokens:
-                mini, plan = balanced_plan(mini, n, max_tokens, env, packed)
+                mini, plan = balanced_plan(mini, n, max_tokens, env, pack is not None)
             else:
                 plan = fixed_plan(mini_rows // n, micro_rows // n)
-            local_units = sum(units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan if m.scale)
-            global_units = float(all_reduce(torch.tensor(float(local_units)), env))
+            local = [units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan]  # on the host
+            counted = sum(u for u, m in zip(local, plan, strict=True) if m.scale)
+            global_units = float(all_reduce(torch.tensor(counted), env))
             for i, m in enumerate(plan):
-                micro = micro_batch(mini, m, n, env.device)
+                micro = micro_batch(mini, m, n, env.device, pack)
                 if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
                     micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
-                share = units(micro) / global_units * m.scale
+                share = local[i] / global_units * m.scale
                 weight = m.scale if reduction == "sum" else share
                 with no_sync(module, sync=i == len(plan) - 1):
                     loss, metrics = loss_fn(micro)
                     (loss * weight * env.world_size).backward()
-                metrics = {**metrics, "loss": loss.detach()}
-                for k, v in metrics.items():
-                    totals[k] = totals.get(k, 0.0) + float(v) * (weight if k == "loss" else share)
+                for k, v in {**metrics, "loss": loss}.items():
+                    v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+                    totals[k] = totals.get(k, 0.0) + v * (weight if k == "loss" else share)
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
-            if torch.isfinite(norm):
+            grad_norms.append(float(norm))  # the host's one wait per mini-batch
+            if math.isfinite(grad_norms[-1]):
                 optimizer.step()
             else:  # every rank holds the same all-reduced gradient, so every rank skips
                 skipped += 1
             optimizer.zero_grad(set_to_none=True)
-            grad_norms.append(float(norm))
-    out = {k: float(all_reduce(torch.tensor(v), env)) / len(grad_norms) for k, v in totals.items()}
+    summed = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=env.device) for v in totals.values()])
+    out = dict(zip(totals, (all_reduce(summed, env) / len(grad_norms)).tolist(), strict=True)) if totals else {}
     out.update(
         grad_norm=float(np.mean(grad_norms)),
         grad_norm_max=float(np.max(grad_norms)),
