@@ -131,6 +131,9 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
               f"{peak / 1e9:18.2f} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r['padding_share']:7.1%}{mfu}")
         if "profile" in r:
             print(format_families(r["profile"]))
+            print(f"attention launches per layer (forward, recompute, backward): "
+                  f"{r['profile']['attention_launches_per_layer']:.0f}")
+        print(f"host s per micro-batch (its forward and backward, issued): {r['host_s_per_micro_batch']:.3f}")
     print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
     return 0
 

@@ -69,6 +69,11 @@ def test_bench_update_measures_padded_and_packed_rows_on_ragged_lengths(tmp_path
     assert 0 < packed["mfu_attention"] < packed["mfu"]
     families = packed["profile"]["families"]
     assert families["matmul"]["seconds"] > 0 and abs(sum(f["share"] for f in families.values()) - 1) < 1e-6
+    # attention calls per layer, forward and backward: padded, the prompts' and the responses' (shared prompts);
+    # packed on CPU, one per segment (2 prompts, 8 responses)
+    assert (padded["profile"]["attention_launches_per_layer"], packed["profile"]["attention_launches_per_layer"]) \
+        == (2 * 2, 2 * (2 + 8))
+    assert 0 < packed["host_s_per_micro_batch"] <= packed["step_s"]
     assert "matmul" in capsys.readouterr().out
 
 

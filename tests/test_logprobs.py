@@ -89,7 +89,7 @@ def _small_qwen2(**overrides):
 
     torch.manual_seed(0)
     size = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
-    return Qwen2ForCausalLM(Qwen2Config(**size, num_key_value_heads=2, tie_word_embeddings=False, **overrides))
+    return Qwen2ForCausalLM(Qwen2Config(**{**size, **overrides}, num_key_value_heads=2, tie_word_embeddings=False))
 
 
 @pytest.mark.parametrize("chunk_size", [4, None])
@@ -254,12 +254,15 @@ def test_packed_critic_values_and_gradients_equal_the_padded_ones():
 def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
     """trainer.compile (``pacs.train.models.spread``: each decoder layer compiled with dynamic shapes, the
     packed attention left eager) under activation checkpointing: the eager log-probs and gradients, on two
-    micro-batches of different lengths."""
+    micro-batches of different lengths, and a 12-layer model compiled once: Dynamo's graphs are as many after
+    the first micro-batch as after the last, and fewer than the layers (no layer compiles anew)."""
+    from torch._dynamo.utils import counters
+
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import DistEnv
     from pacs.train.models import scorer_of, spread
 
-    n, model = 4, _small_qwen2()
+    n, model = 4, _small_qwen2(num_hidden_layers=12)
     eager, compiled = (TrainerConfig(gradient_checkpointing=True, compile=c) for c in (False, True))
 
     def run(scorer, batch):
@@ -270,10 +273,15 @@ def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
 
     batches = [_grouped_batch(n, seed) for seed in (0, 5)]
     want = [run(spread(scorer_of(model, eager), eager, DistEnv()), b) for b in batches]
+    torch._dynamo.reset()
+    counters.clear()
     scorer = spread(scorer_of(model, compiled), compiled, DistEnv())
     assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+    graphs = []
     for batch, (logprobs, grads) in zip(batches, want, strict=True):
         got = run(scorer, batch)
+        graphs.append(counters["stats"]["unique_graphs"])
         torch.testing.assert_close(got[0], logprobs, atol=1e-5, rtol=0)
         for name, grad in grads.items():
             torch.testing.assert_close(got[1][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert 0 < graphs[0] == graphs[-1] < len(model.model.layers), graphs

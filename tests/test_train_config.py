@@ -43,6 +43,7 @@ def test_explicit_grad_clip_is_kept():
         ({**MINIMAL, "algorithm": {"name": "dpo"}}, "algorithm.name"),
         ({"algorithm": {"name": "pacs"}, "data": {"train_files": []}}, "config.model"),
         (with_("trainer", batch_size=10, mini_batch_size=4), "trainer.mini_batch_size"),
+        (with_("trainer", compile=True, pack_sequences=False), "trainer.pack_sequences"),  # recompiles per layer
         ({**MINIMAL, "extra": 1}, "config.extra"),
     ],
 )

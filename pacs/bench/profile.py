@@ -11,13 +11,18 @@ import re
 
 FAMILIES = (
     ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|_addmm_activation|linear|matmul)_?$|gemm|cutlass|sm90_xmma|ampere_"),
-    ("attention", r"attention|flash|fmha"),
+    ("attention", r"attention|flash|fmha|flex|triton_tem"),  # triton_tem: FlexAttention's compiled templates
     ("softmax/logsumexp", r"softmax|logsumexp|^aten::exp"),
     ("optimizer", r"foreach|adam|^Optimizer|_fused_adam|norm_"),
     ("collectives", r"nccl|gloo|all_gather|reduce_scatter|all_reduce|c10d"),
     ("copy/index", r"copy|cat|index|gather|scatter|masked|fill|zero|clone|contiguous|slice|select|view|where"),
     ("element-wise", r"."),
 )
+
+
+# what one attention launch is: a CUDA kernel of the attention family; on CPU the attention operator as the model
+# calls it (SDPA or FlexAttention, forward or backward), not the kernels it dispatches to
+CPU_ATTENTION_OPS = r"^aten::scaled_dot_product_attention$|^aten::_scaled_dot_product_\w+_backward$|^flex_attention"
 
 
 def family_of(name: str) -> str:
@@ -40,6 +45,17 @@ def kernel_families(profiler, cuda: bool) -> dict:
         "families": {f: {"seconds": s, "share": s / total if total else 0.0} for f, s in families.items()},
         "top_ops": [{"op": k, "seconds": s} for s, k in sorted(ops, reverse=True)[:10]],
     }
+
+
+def attention_launches(profiler, cuda: bool) -> int:
+    """Attention launches in a finished ``torch.profiler.profile``: forward, recompute and backward."""
+    count = 0
+    for event in profiler.key_averages():
+        if cuda and event.device_type.name == "CUDA":
+            count += event.count if family_of(event.key) == "attention" else 0
+        elif not cuda and re.search(CPU_ATTENTION_OPS, event.key):
+            count += event.count
+    return count
 
 
 def format_families(profile: dict) -> str:

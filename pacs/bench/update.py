@@ -90,14 +90,15 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from pacs.bench.profile import kernel_families
+    from pacs.bench.profile import attention_launches, kernel_families
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
-    from pacs.train.batch import token_logprobs
+    from pacs.train.batch import PACKED, token_logprobs
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
     from pacs.train.models import scorer_of, spread
+    from pacs.train.varlen import PackedRows, to_device
 
     t = from_dict(TrainerConfig, trainer)
     # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device
@@ -119,28 +120,40 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     rss_after_setup, reset = _status_bytes("VmRSS"), _reset_peak_rss()
     batch = update_batch(config.vocab_size, rows, group_size, prompt_length, response_length, lengths, 1000 + env.rank)
     work = batch_work(batch, group_size, t.share_prompt and group_size > 1, t.pack_sequences)
-    batch = {k: v.to(env.device) for k, v in batch.items()}
+    layout = None
+    if t.pack_sequences:  # built on the host, as the trainer builds it (pacs.train.minibatch.micro_batch)
+        layout = PackedRows.of(batch["input_ids"], batch["attention_mask"], batch["response_mask"],
+                               group_size if t.share_prompt else 1)  # fmt: skip
+    batch = {k: to_device(v, env.device) for k, v in batch.items()}
+    if layout is not None:
+        batch[PACKED] = layout.to(env.device)
 
-    def step() -> None:
+    def step() -> float:
+        """One update; returns the host's seconds for the micro-batch's forward and backward: on a GPU, with
+        nothing in it waiting for the device, the time to issue its kernels."""
+        began = time.perf_counter()
         logprobs, _ = token_logprobs(module, batch, 1.0, None, group_size)
         loss = -logprobs.sum() / batch["response_mask"].sum()
         loss.backward()
+        host_s = time.perf_counter() - began
         norm = total_norm(torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         float(norm)  # waits for the step on GPU
+        return host_s
 
-    seconds = []
+    seconds, host = [], []
     for _ in range(steps):
         start = time.perf_counter()
-        step()
+        host.append(step())
         seconds.append(time.perf_counter() - start)
     families = None
     if profile:
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=activities) as prof:
             step()
-        families = kernel_families(prof, cuda)
+        families = {**kernel_families(prof, cuda),
+                    "attention_launches_per_layer": attention_launches(prof, cuda) / config.num_hidden_layers}
     d = dims(config)
     n = d["params"]
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
@@ -178,6 +191,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "strategy": t.strategy if env.active or alone else "single", "trainer": trainer, "rows_per_rank": rows,
         "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
         "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
+        "host_s_per_micro_batch": sum(host[1:]) / (len(host) - 1) if len(host) > 1 else host[0],
         "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
         "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
         / sum(r["work"]["computed_positions"] for r in ranks),

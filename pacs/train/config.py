@@ -91,7 +91,8 @@ class TrainerConfig:
     compute_dtype: Literal["float32", "bfloat16"] | None = None
     gradient_checkpointing: bool = False  # recompute each decoder layer's activations in backward
     # torch.compile each decoder layer (dynamic shapes; attention stays eager): fuses the norms, rotary
-    # embeddings, SwiGLU and residual adds; the first steps pay the compile
+    # embeddings, SwiGLU and residual adds; the first steps pay the compile. With share_prompt, needs
+    # pack_sequences
     compile: bool = False
     # with gradient_checkpointing, only the first K decoder layers recompute (the rest keep their activations):
     # pacs plan prints the fewest that fit the device; null: every layer
@@ -123,6 +124,11 @@ class TrainerConfig:
             raise ValueError(
                 f"trainer.mini_batch_size {self.mini_batch_size} must divide trainer.batch_size {self.batch_size}"
             )
+        if self.compile and self.share_prompt and not self.pack_sequences:
+            # padded rows share the prompt through a KV cache that each layer calls with its own layer_idx:
+            # Dynamo specializes on it and compiles every layer anew, past its recompile limit on deep models
+            raise ValueError("trainer.compile with trainer.share_prompt needs trainer.pack_sequences true (the "
+                             "padded shared-prompt path recompiles every layer); or set trainer.share_prompt false")
 
 
 @dataclass(frozen=True)
