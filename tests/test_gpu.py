@@ -8,7 +8,9 @@ test skips, naming CUDA.
   checkpointing, a Qwen2.5-0.5B-shaped model with random weights; checkpoint, kill, resume, bitwise; its peak GPU
   memory against ``pacs plan``'s figure for the same run;
 - ``pacs evaluate --engine hf`` on CUDA, in bf16;
-- the CUDA RNG kept around the engines (vLLM's ``set_random_seed`` reseeds every CUDA device).
+- the CUDA RNG kept around the engines (vLLM's ``set_random_seed`` reseeds every CUDA device);
+- packed rows on FlexAttention's fused kernel against padded ones (fp32 and bf16), and a mini-batch's passes
+  under ``torch.cuda.set_sync_debug_mode("error")`` (no wait for the device between micro-batches).
 
 ``PACS_GPU_SUITE_ON_CPU=1`` runs the same tests on the CPU, gloo for NCCL, with a narrow two-layer model and
 short responses in place of the 0.5B shape: a check of the suite's own mechanics on a machine without a GPU,
@@ -17,6 +19,7 @@ never a result about GPUs (the memory comparison and the CUDA RNG test skip ther
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,28 +199,105 @@ def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-4)
 
 
+def _cuda_batch(n: int, share: bool, pack: bool) -> dict:
+    """Groups of n (test_logprobs' rows) on CUDA, as the trainer hands them over: packed rows with their
+    layout built on the host."""
+    from test_logprobs import _grouped_batch
+
+    from pacs.train.batch import PACKED
+    from pacs.train.varlen import PackedRows
+
+    host = _grouped_batch(n)
+    batch = {k: v.cuda() for k, v in host.items()}
+    if pack:
+        layout = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], n if share else 1)
+        batch[PACKED] = layout.to("cuda")
+    return batch
+
+
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: packed rows on the GPU attention kernels")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
     """The packed layout (each group's prompt once) against padded whole rows on CUDA: log-probs and gradients
-    within fp32 rounding, or within bf16's (the kernels differ: flash or memory-efficient per segment)."""
-    from test_logprobs import _grouped_batch, _small_qwen2
+    within fp32 rounding, or within bf16's (the kernels differ). The packed attention is FlexAttention's fused
+    kernel, in fp32 too (no SDPA kernel runs, so no (L, L) mask is built), a few launches per layer."""
+    from test_logprobs import _small_qwen2
 
+    from pacs.bench.profile import FAMILIES
     from pacs.train.batch import token_logprobs
     from pacs.train.logprobs import PolicyScorer
 
     n = 4
-    batch = {k: v.cuda() for k, v in _grouped_batch(n).items()}
-    model = _small_qwen2().to("cuda", getattr(torch, dtype))
+    model = _small_qwen2(hidden_size=128).to("cuda", getattr(torch, dtype))  # head_dim 32, GQA (4 over 2)
 
     def run(share: bool, pack: bool):
         model.zero_grad()
-        logprobs, _ = token_logprobs(PolicyScorer(model, 4, share_prompt=share, pack=pack), batch, 1.0, None, n)
+        scorer = PolicyScorer(model, 4, share_prompt=share, pack=pack)
+        logprobs, _ = token_logprobs(scorer, _cuda_batch(n, share, pack), 1.0, None, n)
         logprobs.sum().backward()
         return logprobs.detach(), {k: p.grad.float().clone() for k, p in model.named_parameters()}
 
-    whole, packed = run(False, False), run(True, True)
+    whole = run(False, False)
+    run(True, True)  # compiles FlexAttention
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        packed = run(True, True)
+        torch.cuda.synchronize()
     tol = {"float32": dict(atol=1e-4, rtol=1e-4), "bfloat16": dict(atol=5e-2, rtol=5e-2)}[dtype]
     torch.testing.assert_close(packed[0], whole[0], **tol)
     for name, grad in whole[1].items():
         torch.testing.assert_close(packed[1][name], grad, **tol, msg=name)
+    kernels = {e.key: e.count for e in prof.key_averages() if e.device_type.name == "CUDA"}
+    attention = {k: c for k, c in kernels.items() if re.search(dict(FAMILIES)["attention"], k, re.IGNORECASE)}
+    print(f"\n{dtype}: attention kernels {attention}")
+    assert any("flex" in k or "triton_tem" in k for k in attention), kernels
+    assert not any(x in k.lower() for k in attention for x in ("flash", "fmha", "efficient")), attention
+    assert sum(attention.values()) / len(model.model.layers) <= 4  # forward, and backward's few kernels
+
+
+def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
+    """A no-grad pass and an update's micro-batches (packed rows, shared prompts, GRPO's loss) over groups of
+    4 on ``device``, each pass run through ``check``; the update's metric sums."""
+    from test_logprobs import _grouped_batch, _small_qwen2
+
+    from pacs.algorithms import get_objective
+    from pacs.train.batch import token_logprobs
+    from pacs.train.distributed import DistEnv
+    from pacs.train.logprobs import PolicyScorer
+    from pacs.train.minibatch import accumulate, device_pass
+    from pacs.train.packing import fixed_plan
+
+    n, batch = 4, _grouped_batch(4)  # on the host, as the trainer keeps a step's rows
+    rows = batch["response_mask"].shape[0]
+    scorer = PolicyScorer(_small_qwen2(hidden_size=128).to(device), 4, share_prompt=True, pack=True)
+    plan, objective = fixed_plan(rows // n, 1), get_objective("grpo")  # one group per micro-batch
+    options = objective.config()
+    (old,) = check(lambda: device_pass(batch, plan, n, lambda m: token_logprobs(scorer, m, 1.0)[:1], device, n))
+    batch = {**batch, "old_logprobs": old.cpu(), "rewards": (torch.arange(rows) % 3 == 0).float()}
+    batch.update(objective.prepare(batch, n, options))
+
+    def loss(micro):
+        logprobs, _ = token_logprobs(scorer, micro, 1.0, None, n)
+        return objective.loss({**micro, "logprobs": logprobs}, n, options)
+
+    units = [float(n)] * len(plan)
+    env = DistEnv(device=device)
+    return check(lambda: accumulate(scorer, loss, batch, plan, units, sum(units), "sequences", n, env, pack=n))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: host syncs are a GPU's")
+def test_a_mini_batch_never_waits_for_the_gpu_between_micro_batches():
+    """The no-grad pass and the update's micro-batches under torch.cuda.set_sync_debug_mode("error"): any wait
+    for the device inside them is an error. The host waits only after them, for the gradient norm and the
+    metrics (pacs.train.minibatch.update)."""
+
+    def warm_then_strict(fn):
+        fn()  # compiles FlexAttention, warms the allocators
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+
+    totals = mini_batch_passes("cuda", warm_then_strict)
+    assert totals["loss"].device.type == "cuda"

@@ -49,10 +49,10 @@ def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Mi
 
 
 @torch.no_grad()
-def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu",
-                 pack: int | None = None) -> list[torch.Tensor]:  # fmt: skip
-    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on CPU:
-    gathered on the device, copied to the host once."""
+def device_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu",
+                pack: int | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """``fn(micro) -> tensors (rows, T')`` over the plan's micro-batches, put back in row order (B, T) on the
+    device: nothing in it waits for the device."""
     shape = batch["response_mask"].shape
     out: list[torch.Tensor] = []
     for micro in plan:
@@ -63,7 +63,33 @@ def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu
         rows = to_device(micro.rows(n), device)
         for o, p in zip(out, parts, strict=True):
             o[rows] = pad_columns(p.float(), shape[1])
-    return [o.cpu() for o in out]
+    return out
+
+
+def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu",
+                 pack: int | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """``device_pass``, copied to the host once."""
+    return [o.cpu() for o in device_pass(batch, plan, n, fn, device, pack)]
+
+
+def accumulate(module, loss_fn, mini: Batch, plan: list[Micro], units, global_units: float, reduction: str, n: int,
+               env: DistEnv, pack: int | None = None) -> dict:  # fmt: skip
+    """The gradients of one mini-batch's micro-batches, accumulated (``update``); the metrics' weighted sums, on
+    the device: nothing in it waits for the device."""
+    totals: dict[str, torch.Tensor | float] = {}
+    for i, m in enumerate(plan):
+        micro = micro_batch(mini, m, n, env.device, pack)
+        if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
+            micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
+        share = units[i] / global_units * m.scale
+        weight = m.scale if reduction == "sum" else share
+        with no_sync(module, sync=i == len(plan) - 1):
+            loss, metrics = loss_fn(micro)
+            (loss * weight * env.world_size).backward()
+        for k, v in {**metrics, "loss": loss}.items():
+            v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+            totals[k] = totals.get(k, 0.0) + v * (weight if k == "loss" else share)
+    return totals
 
 
 def update(
@@ -110,18 +136,8 @@ def update(
             local = [units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan]  # on the host
             counted = sum(u for u, m in zip(local, plan, strict=True) if m.scale)
             global_units = float(all_reduce(torch.tensor(counted), env))
-            for i, m in enumerate(plan):
-                micro = micro_batch(mini, m, n, env.device, pack)
-                if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
-                    micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
-                share = local[i] / global_units * m.scale
-                weight = m.scale if reduction == "sum" else share
-                with no_sync(module, sync=i == len(plan) - 1):
-                    loss, metrics = loss_fn(micro)
-                    (loss * weight * env.world_size).backward()
-                for k, v in {**metrics, "loss": loss}.items():
-                    v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
-                    totals[k] = totals.get(k, 0.0) + v * (weight if k == "loss" else share)
+            sums = accumulate(module, loss_fn, mini, plan, local, global_units, reduction, n, env, pack)
+            totals = {k: totals.get(k, 0.0) + v for k, v in sums.items()}
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
             grad_norms.append(float(norm))  # the host's one wait per mini-batch
             if math.isfinite(grad_norms[-1]):
