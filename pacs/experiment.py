@@ -192,6 +192,7 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
     import json
 
     from pacs.algorithms import get_objective
+    from pacs.plan.memory import PHASES
 
     cal, steps = plan.calibration, int((config.get("preflight") or {}).get("steps", 2))
     evaluated = evaluations(config, runs)
@@ -214,7 +215,7 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
         spec = {
             "steps": steps,
             "memory": {"limit": cal.memory_bytes, "device": cal.gpu, "plan": job.peak_bytes,
-                       "update": job.memory["update"], "generate": job.memory["generate"]},  # fmt: skip
+                       **{phase: job.memory[phase] for phase in PHASES}},  # fmt: skip
             "eval": heaviest and {"benchmark": heaviest, "data": data_file(config, heaviest),
                                   "settings": settings[heaviest]},  # fmt: skip
         }

@@ -82,8 +82,9 @@ def test_fsdp_holds_a_fraction_of_the_training_state_per_rank():
     for result in (ddp, fsdp):
         run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": 16},
                "trainer": {"strategy": result["strategy"], "compute_dtype": None, "gradient_checkpointing": False,
-                           "logprob_chunk_size": 1024, "max_tokens_per_micro_batch": 64},
-               "rollout": {"n": 1, "max_response_length": 48, "engine": "hf", "vllm": {}}}  # fmt: skip
+                           "logprob_chunk_size": 1024, "max_tokens_per_micro_batch": 64, "batch_size": 1},
+               "rollout": {"n": 1, "max_response_length": 48, "engine": "hf", "prompt_batch_size": 1,
+                           "vllm": {}}}  # fmt: skip
         planned = training_memory(model_config("qwen2.5-0.5b", **overrides), run, 2, False, False, 0, 0, 0)
         for rank in result["ranks"]:
             assert abs(sum(planned["update"].values()) / rank["peak_bytes"] - 1) < 0.15, (planned, rank)

@@ -6,7 +6,10 @@ test skips, naming CUDA.
   uninterrupted run ends (deterministic algorithms and the math attention kernel: tests/train_deterministic.py);
 - ``pacs train`` under torchrun with one rank: NCCL, FSDP2, bf16 compute over fp32 masters, activation
   checkpointing, a Qwen2.5-0.5B-shaped model with random weights; checkpoint, kill, resume, bitwise; its peak GPU
-  memory against ``pacs plan``'s figure for the same run;
+  memory, and its update phase's device use, against ``pacs plan``'s figures for the same run;
+- memory per phase (``pacs.train.memory``) with the transformers engine: a ``MemPool`` standing in for a
+  sleeping vLLM's is left out of each phase's torch peak, and a peak-statistics reset (vLLM's profiling) does
+  not erase an earlier phase's peak; where vLLM is installed, a sleeping vLLM engine's pool;
 - ``pacs evaluate --engine hf`` on CUDA, in bf16;
 - the CUDA RNG kept around the engines (vLLM's ``set_random_seed`` reseeds every CUDA device);
 - packed rows on FlexAttention's fused kernel against padded ones (fp32 and bf16), and a mini-batch's passes
@@ -30,6 +33,7 @@ from conftest import write_run_config
 from helpers import run_until_killed
 from safetensors.torch import load_file
 
+from pacs.rollout.vllm import vllm_available
 from pacs.train import checkpoint as ckpt
 
 CUDA = torch.cuda.is_available()
@@ -141,7 +145,12 @@ def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, t
     state = sum(job.memory["update"][k] for k in ("parameters", "gradients", "optimizer"))
     print(f"peak GPU memory: measured {measured / 1e9:.2f} GB, planned {job.peak_bytes / 1e9:.2f} GB "
           f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in job.memory['update'].items())})")  # fmt: skip
+    phases = {p: max(r[f"memory/{p}/device_gb"] for r in records) * 1e9 for p in ("generate", "no_grad", "update")}
+    for phase, used in phases.items():  # the device's use holds blocks torch keeps cached from earlier phases
+        print(f"{phase}: device {used / 1e9:.2f} GB, torch {records[-1][f'memory/{phase}/torch_gb']:.2f} GB, "
+              f"planned {sum(job.memory[phase].values()) / 1e9:.2f} GB")  # fmt: skip
     assert state < measured <= job.peak_bytes
+    assert phases["update"] <= sum(job.memory["update"].values())  # the CUDA context is in the plan's overhead
 
 
 def test_evaluate_with_transformers_on_cuda_in_bf16(tiny_model, toy_data, tmp_path):
@@ -301,3 +310,100 @@ def test_a_mini_batch_never_waits_for_the_gpu_between_micro_batches():
 
     totals = mini_batch_passes("cuda", warm_then_strict)
     assert totals["loss"].device.type == "cuda"
+
+
+def _sampling_engine(tiny_model):
+    """The transformers engine on CUDA, sampling from the tiny model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pacs.rollout.hf import HFEngine
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).to("cuda")
+    return HFEngine(model, tokenizer, [tokenizer.eos_token_id])
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: torch's caching allocator and a MemPool")
+def test_a_phase_s_torch_peak_leaves_out_a_sleeping_engine_s_pool(tiny_model):
+    """vLLM's sleep mode as torch sees it: a MemPool of its own, which torch counts as reserved even while vLLM
+    has unmapped it. Sampling with the transformers engine and a 256 MiB buffer in the update: each phase's
+    torch peak is the trainer's alone, the pool left out; the device's use counts what torch's does not."""
+    from pacs.rollout import SamplingParams
+    from pacs.train.memory import PhaseMemory
+
+    mib = 2**20
+    engine = _sampling_engine(tiny_model)
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        held = torch.ones(512 * mib, dtype=torch.uint8, device="cuda")  # the engine's weights and KV cache
+    pooled = sum(segment["total_size"] for segment in pool.snapshot())
+    assert pooled >= 512 * mib and torch.cuda.memory_reserved() >= pooled  # torch counts the pool
+    engine.pooled_bytes = lambda: pooled  # what VLLMEngine.pooled_bytes reports of vLLM's pool
+    tracker = PhaseMemory()
+    tracker.pooled = engine.pooled_bytes
+    with tracker.phase("generate"):
+        engine.generate([[1, 2, 3]] * 4, SamplingParams(n=2, max_tokens=8, seed=0))
+    torch.cuda.empty_cache()
+    trainer = torch.cuda.memory_reserved() - pooled
+    with tracker.phase("update"):
+        scratch = torch.ones(256 * mib, dtype=torch.uint8, device="cuda")
+        del scratch
+    update = tracker.phases["update"]
+    assert abs(update["torch"] - (trainer + 256 * mib)) <= 2 * mib, (update, trainer)
+    assert 0 < tracker.phases["generate"]["torch"] < pooled  # the tiny model's, not the pool's
+    # the device's use: the CUDA context, and here the pool, which is really mapped (vLLM's sleeping one is not)
+    assert update["device"] > update["torch"] + pooled
+    del held
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: torch's peak statistics")
+def test_a_peak_statistics_reset_does_not_erase_the_trainer_s_earlier_peak(tiny_model):
+    """vLLM resets torch's peak statistics while it profiles (vllm/utils/mem_utils.py): the update's peak,
+    folded at its end, outlives a reset in the next phase, and so does the run's."""
+    from pacs.rollout import SamplingParams
+    from pacs.train.memory import PhaseMemory
+
+    mib = 2**20
+    engine = _sampling_engine(tiny_model)
+    tracker = PhaseMemory()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    with tracker.phase("update"):
+        scratch = torch.ones(256 * mib, dtype=torch.uint8, device="cuda")
+        del scratch
+        torch.cuda.empty_cache()  # given back: later phases hold less
+    with tracker.phase("generate"):
+        engine.generate([[1, 2, 3]] * 4, SamplingParams(n=2, max_tokens=8, seed=0))
+        torch.cuda.reset_peak_memory_stats()  # what vLLM's memory profiling does
+        forgotten = torch.cuda.max_memory_reserved()
+    assert forgotten < before + 256 * mib  # torch itself no longer knows the update's peak
+    assert tracker.phases["update"]["torch"] >= before + 256 * mib
+    assert tracker.peaks()["gpu"] * 1e9 >= before + 256 * mib
+    assert tracker.phases["generate"]["torch"] < before + 256 * mib
+
+
+@pytest.mark.skipif(not (CUDA and vllm_available()), reason="needs CUDA and vLLM: a sleeping vLLM engine")
+def test_a_sleeping_vllm_engine_is_in_no_phase_s_torch_peak_and_leaves_the_device(tiny_model):
+    """vLLM in-process with sleep mode (level 1), sampling inside a phase, then asleep for an update: torch still
+    counts vLLM's pool as reserved, the tracker leaves it out, and the device's use falls by about the pool."""
+    from pacs.rollout import SamplingParams
+    from pacs.rollout.vllm import VLLMEngine, VLLMRolloutOptions
+    from pacs.train.memory import PhaseMemory
+
+    options = VLLMRolloutOptions(max_model_len=64, gpu_memory_utilization=0.2, sleep_level=1, enforce_eager=True)
+    engine = VLLMEngine(str(tiny_model), [0], 0, "float32", 8, options, in_process=True)
+    tracker = PhaseMemory()
+    tracker.pooled = engine.pooled_bytes
+    with tracker.phase("generate"):
+        engine.generate([[1, 2, 3]] * 4, SamplingParams(n=2, max_tokens=8, seed=0))
+    engine.release_memory()
+    pooled = engine.pooled_bytes()
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert pooled > 0.1 * total and torch.cuda.memory_reserved() >= pooled  # asleep, and still counted by torch
+    with tracker.phase("update"):
+        scratch = torch.ones(2**28, dtype=torch.uint8, device="cuda")
+        del scratch
+    generate, update = tracker.phases["generate"], tracker.phases["update"]
+    assert update["torch"] < 0.5 * pooled  # the trainer's scratch and vLLM's buffers outside its pool
+    assert update["device"] < generate["device"] - 0.8 * pooled
+    engine.close()

@@ -83,9 +83,15 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
         assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
         assert 0.0 <= r["reward/mean"] <= 1.0 and r["time/step"] > 0
         assert r["verifier/correct"] == round(r["reward/mean"] * 16 * 8)
+        # each phase's resident peak (pacs.train.memory), within the process's peak so far
+        phases = [r[f"memory/{phase}/rss_gb"] for phase in ("generate", "no_grad", "update")]
+        assert 0.1 < min(phases) and max(phases) <= r["memory/peak_rss_gb"]
     assert "actor/classifier_accuracy" in records[0] and "actor/score_std" in records[0]  # PACS statistics
     assert load_run_config(uninterrupted / "config.yaml") == load_run_config(config)
     assert [s for s, _ in ckpt.complete_checkpoints(uninterrupted / "checkpoints")] == [2, 4, 6]
+    (peaks,) = read_segments(uninterrupted)[-1]["peak_gb"]  # what pacs preflight checks, per rank and phase
+    assert list(peaks["phases"]) == ["generate", "no_grad", "update"]
+    assert peaks["phases"]["update"]["rss"] == pytest.approx(records[-1]["memory/update/rss_gb"])
     last = ckpt.checkpoint_dir(uninterrupted / "checkpoints", 6)
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "trainer_state.pt",
                  "resume/.metadata"):  # fmt: skip

@@ -83,8 +83,9 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
                "logprob_chunk_size": 1024}  # fmt: skip
     length = prompt_length + response_length
     run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
-           "trainer": {**trainer, "max_tokens_per_micro_batch": rows * length},
-           "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "vllm": {}}}  # fmt: skip
+           "trainer": {**trainer, "max_tokens_per_micro_batch": rows * length, "batch_size": 1},
+           "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "prompt_batch_size": 1,
+                       "vllm": {}}}  # fmt: skip
     updates, generations = [], []
     for shape in shapes:
         result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps, peak,

@@ -22,7 +22,7 @@ from pacs.config import ConfigError, from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
-from pacs.plan.memory import dims, evaluation_memory, training_memory
+from pacs.plan.memory import PHASES, dims, evaluation_memory, training_memory
 
 # DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
 # the instruction and about 30 for the chat template
@@ -200,16 +200,20 @@ MEMORY_FIXES = {"parameters": "trainer.strategy fsdp or more resources.train.gpu
                 "reference": "trainer.strategy fsdp", "gathered": "trainer.compute_dtype bfloat16",
                 "activations": "trainer.gradient_checkpointing, trainer.max_tokens_per_micro_batch or "
                                "trainer.micro_batch_size", "logits": "trainer.logprob_chunk_size",
+                "forward": "trainer.max_tokens_per_micro_batch or trainer.micro_batch_size",
+                "vllm": "rollout.vllm.gpu_memory_utilization", "sampling": "rollout.prompt_batch_size",
                 "vllm (awake)": "rollout.vllm.sleep_level 1 or 2", "overhead": ""}  # fmt: skip
 
 
-def memory_fixes(phase: str, parts: dict, keys: str) -> str:
-    """The keys to change for a training job's ``phase`` (update or generate) over its GPU's memory: for the
-    update, those of its three largest ``parts`` (the plan's components); ``keys``: where the run's keys live."""
-    if phase == "generate":
-        return f"{keys}.rollout.vllm.gpu_memory_utilization, or trainer.strategy fsdp"
-    big = sorted(parts.items(), key=lambda kv: -kv[1])
-    return "; ".join(dict.fromkeys(f"{keys}.{MEMORY_FIXES[k]}" for k, v in big[:3] if v and MEMORY_FIXES.get(k)))
+def memory_fixes(parts: dict, keys: str) -> str:
+    """The keys to change for a training job's phase over its GPU's memory: those of the phase's three
+    largest ``parts`` (the plan's components); ``keys``: where the run's keys live."""
+    return "; ".join(dict.fromkeys(f"{keys}.{MEMORY_FIXES[k]}" for k, v in largest(parts) if MEMORY_FIXES.get(k)))
+
+
+def largest(parts: dict, count: int = 3) -> list[tuple[str, int]]:
+    """A phase's ``count`` largest components, largest first, none of 0 bytes."""
+    return [kv for kv in sorted(parts.items(), key=lambda kv: -kv[1]) if kv[1]][:count]
 
 
 def check_training(job: Job, cal: Calibration, keys: str) -> None:
@@ -217,13 +221,13 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
     if not job.gpus:
         return
     limit = cal.memory_bytes
-    for phase in ("update", "generate"):
+    for phase in PHASES:
         parts = job.memory[phase]
         total = sum(parts.values())
         if total > limit:
-            listed = ", ".join(f"{k} {_gb(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v)
+            listed = ", ".join(f"{k} {_gb(v)}" for k, v in largest(parts, len(parts)))
             job.errors.append(f"{job.name}: the {phase} phase needs {_gb(total)} per GPU ({listed}), more than the "
-                              f"{_gb(limit)} of a {cal.gpu}; change {memory_fixes(phase, parts, keys)}")  # fmt: skip
+                              f"{_gb(limit)} of a {cal.gpu}; change {memory_fixes(parts, keys)}")  # fmt: skip
     _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 

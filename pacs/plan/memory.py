@@ -1,16 +1,27 @@
 """Bytes per GPU of a training or evaluation job, by component, from the model's shape and the job's config.
 
-Counted per GPU, for the phase that holds the most:
+A training step is counted per GPU in the phases that ``pacs.train.memory`` measures (``PHASES``, in the
+step's order), and the job's peak is the largest:
 
-- **update**: what the trainer holds while it updates: each trained model's parameters, gradients and AdamW
-  moments in ``model.dtype`` (1/world of each under fsdp; ddp adds its gradient buckets, a second copy of
-  the gradients), a reference model's parameters, FSDP2's unsharded working set (the root module and two
-  decoder layers, gathered in the compute dtype, with their gradients and, below fp32, the fp32 copy
-  reduce-scatter takes), one micro-batch's activations and the LM head's logits (a chunk, or the whole micro-batch).
-  The vLLM engine sleeps (``rollout.vllm.sleep_level`` 1 or 2) or keeps its share of the card (0).
-- **generate**: the trainer's parameters and moments (gradients are freed) beside the engine's share of
-  the card, ``rollout.vllm.gpu_memory_utilization``; the engine's KV cache is what is left of that share
-  after its weights (in the compute dtype) and ``vllm_overhead_bytes``.
+- **generate**: the trainer's parameters and moments (gradients are freed after each optimizer step) and a
+  reference's parameters, beside the engine: vLLM's share of the card, ``rollout.vllm.gpu_memory_utilization``
+  (its KV cache is what is left of that share after its weights, in the compute dtype, and
+  ``vllm_overhead_bytes``), or transformers' KV cache of one ``generate`` call (``rollout.engine: hf``).
+- **no_grad**: old log-probs, reference log-probs and values: the trainer's state as in generate, FSDP2's
+  gathered root and two layers (compute dtype, no gradients), one micro-batch through a forward without
+  autograd (``forward_bytes``) and its logits. vLLM sleeps (``rollout.vllm.sleep_level`` 1: its weights
+  backed up in host memory; 2: dropped; either way nothing of its pool stays on the GPU: weights, KV cache and
+  CUDA graphs are all in it) or keeps its share of the card (0).
+- **update**: each trained model's parameters, gradients and AdamW moments in ``model.dtype`` (1/world of
+  each under fsdp; ddp adds its gradient buckets, a second copy of the gradients), a reference model's
+  parameters, FSDP2's unsharded working set (the root module and two decoder layers, gathered in the compute
+  dtype, with their gradients and, below fp32, the fp32 copy reduce-scatter takes), one micro-batch's
+  activations and the LM head's logits (a chunk, or the whole micro-batch). vLLM sleeps or keeps its share
+  as in no_grad.
+
+Each phase on a GPU adds ``overhead_bytes`` (the CUDA context, NCCL's buffers, fragmentation): what the
+preflight's device figure counts and torch's does not. On a CPU (0 GPUs) vLLM and the process's own libraries
+are not counted.
 
 Activations per token of one decoder layer (Qwen2 and Qwen3, SDPA attention) are the tensors autograd saves, counted
 from transformers' implementation and checked against ``torch.autograd.graph.saved_tensors_hooks``
@@ -28,6 +39,7 @@ import math
 # paper's benchmark prompts are under 1,024 tokens (the longest, in MATH-500 and AIME 2025, are 1,734 characters)
 EVAL_PROMPT_TOKENS = 1024
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+PHASES = ("generate", "no_grad", "update")  # a training step's, in its order
 
 
 def dims(shape) -> dict:
@@ -80,6 +92,31 @@ def logit_bytes(d: dict, b: int, tokens: int, response_tokens: int, chunk: int |
     return rows * d["vocab"] * (b + 8) + d["vocab"] * d["h"] * 4 + response_tokens * d["h"] * b
 
 
+def forward_bytes(d: dict, b: int, tokens: int) -> int:
+    """A forward without autograd of ``tokens`` through the decoder, at its peak: the residual stream and a
+    layer's normalized input (2h), and the larger of that layer's transients: the MLP's activation, up
+    projection and their product (3i), or the attention's queries, keys, values and output (2q + 2kv) beside
+    RMSNorm's fp32 input and normalized input (8h, in bytes)."""
+    return tokens * (2 * b * d["h"] + max(3 * b * d["i"], b * (2 * d["q"] + 2 * d["kv"]) + 8 * d["h"]))
+
+
+def forward_logit_bytes(d: dict, b: int, tokens: int, response_tokens: int, chunk: int | None) -> int:
+    """The LM head's logits in a pass without autograd: one chunk's matmul output, its fp32 copy and the
+    entropy's two fp32 tensors; without chunks, as ``logit_bytes``."""
+    if chunk is None:
+        return d["vocab"] * (tokens * b + response_tokens * 12)
+    return min(chunk, response_tokens) * d["vocab"] * (b + 12)
+
+
+def sampling_bytes(d: dict, b: int, run: dict, world: int) -> int:
+    """transformers' ``generate`` (``rollout.engine: hf``): the KV cache of one call's sequences (``prompt_batch_size``
+    prompts of this rank's share, n samples each) at their longest, and three fp32 tensors of next-token scores."""
+    r, t = run["rollout"], run["trainer"]
+    sequences = min(r["prompt_batch_size"], max(t["batch_size"] // world, 1)) * r["n"]
+    length = run["data"]["max_prompt_length"] + r["max_response_length"]
+    return sequences * (length * d["kv_bytes_per_token_fp"] * b + 12 * d["vocab"])
+
+
 def micro_batch_tokens(run: dict) -> tuple[int, int]:
     """(tokens, response tokens) of the largest micro-batch: the token budget, or micro_batch_size prompts
     of n samples padded to the longest prompt and response."""
@@ -91,8 +128,8 @@ def micro_batch_tokens(run: dict) -> tuple[int, int]:
 
 def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_critic: bool,
                     gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:  # fmt: skip
-    """``{"update": {component: bytes}, "generate": {...}, "kv_cache": {...}}`` per GPU of run config ``run``
-    on ``gpus`` GPUs (0: one CPU process); no ``kv_cache`` without a vLLM engine."""
+    """``{phase: {component: bytes}}`` for each of ``PHASES``, and ``"kv_cache"`` with a vLLM engine, per GPU of
+    run config ``run`` on ``gpus`` GPUs (0: one CPU process)."""
     d, t = dims(shape), run["trainer"]
     world = max(gpus, 1)
     bm = DTYPE_BYTES[run["model"]["dtype"]]
@@ -102,32 +139,41 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     trained = d["params"] + (critic_params(d, shape) if has_critic else 0)
     tokens, response = micro_batch_tokens(run)
     acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"], t.get("checkpoint_layers"))
-    update = {
+    gathered = d["root_params"] + 2 * d["layer_params"]  # FSDP2's root and two layers, unsharded
+    state = {
         "parameters": math.ceil(trained * bm / shard),
-        "gradients": math.ceil(trained * bm / shard) * (2 if t["strategy"] == "ddp" and world > 1 else 1),
         "optimizer": math.ceil(2 * trained * bm / shard),
         "reference": math.ceil(d["params"] * bm / shard) if needs_reference else 0,
-        "gathered": (d["root_params"] + 2 * d["layer_params"]) * (2 * bc + (4 if bc != 4 else 0)) if fsdp else 0,
+    }
+    update = {
+        "parameters": state["parameters"],
+        "gradients": state["parameters"] * (2 if t["strategy"] == "ddp" and world > 1 else 1),
+        "optimizer": state["optimizer"],
+        "reference": state["reference"],
+        "gathered": gathered * (2 * bc + (4 if bc != 4 else 0)) if fsdp else 0,
         "activations": acts,
         "logits": logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]),
         "overhead": overhead if gpus else 0,
     }
+    no_grad = {**state, "gathered": gathered * bc if fsdp else 0, "forward": forward_bytes(d, bc, tokens),
+               "logits": forward_logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]),
+               "overhead": update["overhead"]}  # fmt: skip
     vllm = run["rollout"]["engine"] == "vllm" and gpus > 0
     share = int(run["rollout"]["vllm"]["gpu_memory_utilization"] * gpu_memory) if vllm else 0
     if vllm and run["rollout"]["vllm"].get("sleep_level", 2) == 0:
-        update["vllm (awake)"] = share
-    generate = {k: update[k] for k in ("parameters", "optimizer", "reference", "overhead")}
+        update["vllm (awake)"] = no_grad["vllm (awake)"] = share
+    generate = {**state, "overhead": update["overhead"]}
     if vllm:
         generate["vllm"] = share
-    weights = d["params"] * bc
+    if run["rollout"]["engine"] != "vllm":  # transformers samples from the trained policy itself
+        generate["sampling"] = sampling_bytes(d, bc, run, world)
+        return {"generate": generate, "no_grad": no_grad, "update": update}
     length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][
         "max_response_length"]  # fmt: skip
-    per_token = d["kv_bytes_per_token_fp"] * bc
-    if run["rollout"]["engine"] != "vllm":  # transformers samples from the trained policy itself
-        return {"update": update, "generate": generate}
+    weights, per_token = d["params"] * bc, d["kv_bytes_per_token_fp"] * bc
     kv = {"weights": weights, "cache": share - weights - vllm_overhead if vllm else 0,
           "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
-    return {"update": update, "generate": generate, "kv_cache": kv}
+    return {"generate": generate, "no_grad": no_grad, "update": update, "kv_cache": kv}
 
 
 def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:

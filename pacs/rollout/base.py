@@ -75,6 +75,11 @@ class RolloutEngine(Protocol):
         updates; the next ``update_weights`` restores it. A no-op where there is nothing to free."""
         ...
 
+    def pooled_bytes(self) -> int:
+        """Device bytes the engine holds in a memory pool of its own that torch's caching allocator counts as
+        reserved whether the engine is awake or asleep (vLLM's sleep mode); 0 for an engine without one."""
+        ...
+
     def close(self) -> None:
         """Release what the engine holds (processes, device memory)."""
         ...

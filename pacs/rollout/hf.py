@@ -83,5 +83,9 @@ class HFEngine:
     def release_memory(self) -> None:
         """Nothing to free: generation holds no memory between calls."""
 
+    def pooled_bytes(self) -> int:
+        """Nothing of its own: it samples with the trainer's model and torch's default pool."""
+        return 0
+
     def close(self) -> None:
         """Nothing to release: the model belongs to the caller."""

@@ -29,6 +29,8 @@ Every vLLM detail of the project lives in this file.
 - **Memory on CPU.** vLLM reads ``gpu_memory_utilization`` as a fraction of the machine's RAM and refuses
   to start when that much is not free. On CPU the KV cache is therefore always given explicitly: the
   ``kv_cache_gib`` option, or what ``max_sequences`` sequences of ``max_model_len`` tokens need.
+- **Memory on GPU.** With sleep mode, what vLLM holds sits in a torch ``MemPool`` that torch counts as reserved
+  even while vLLM sleeps; ``pooled_bytes`` says how much, for ``pacs.train.memory`` to leave out.
 """
 
 import os
@@ -228,6 +230,18 @@ class VLLMEngine:
         if self.sleep_level > 0 and not self.asleep:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
+
+    def pooled_bytes(self) -> int:
+        """Sleep mode allocates the weights, KV cache and CUDA graphs in the pool of ``CuMemAllocator`` (one per
+        process); sleeping unmaps them behind torch's back, so torch counts them as reserved all the same.
+        ``get_current_usage`` sums the pool's allocations, each the segment torch asked for rounded up to the
+        driver's granularity (2 MiB, a multiple of which torch's large segments already are). Without sleep
+        mode (level 0, CPU) vLLM allocates from torch's own pool: what it holds is the process's."""
+        if self.sleep_level == 0:
+            return 0
+        from vllm.device_allocator import get_mem_allocator_instance
+
+        return get_mem_allocator_instance().get_current_usage()
 
     def close(self) -> None:
         """Stop the engine core now rather than at interpreter exit (where vLLM reports it lost)."""

@@ -26,6 +26,7 @@ from pacs.train import retention
 from pacs.train.batch import Batch, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
+from pacs.train.memory import phase
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
@@ -177,13 +178,15 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     timer = {"start": time.perf_counter()}
     pad = models.tokenizer.pad_token_id or 0
     batch, completions, pending = rollout(step, config, engine, prompts, pool, pad, env, timer, scorer)
-    entropy = score_batch(batch, config, models, env)  # while the verifier scores
+    with phase("no_grad", engine):
+        entropy = score_batch(batch, config, models, env)  # while the verifier scores
     timer["old_logprobs"] = time.perf_counter()
     verdicts = take_rewards(batch, pending)
     timer["score"] = time.perf_counter()  # the wait for the verifier beyond those passes
     objective, options = get_objective(config.algorithm.name), objective_config(config)
     batch.update(prepare_whole_batch(objective, batch, config.rollout.n, options, env))
-    record = {"step": step + 1, **update_models(batch, config, models, env, entropy)}
+    with phase("update", engine):
+        record = {"step": step + 1, **update_models(batch, config, models, env, entropy)}
     timer["update"] = time.perf_counter()
     # the old log-probs of the first mini-batch came from the update itself: the guard runs after it, before
     # the weights reach the engine or a checkpoint, so a stopped run resumes from weights it can trust

@@ -5,7 +5,8 @@ measurements.
 Its spec (JSON; the workflow writes one per distinct training job shape, ``pacs.experiment.preflight_specs``):
 ``name`` (the plan's job), ``runs`` (the jobs it stands for), ``run`` (the run config), ``steps``, ``keys``
 (where the run's keys live in the workflow config), ``memory`` (``limit``: bytes of the device the plan checks
-against; ``plan``: the plan's peak per GPU; ``update``/``generate``: the plan's components) and ``eval``
+against; ``plan``: the plan's peak per GPU; ``generate``/``no_grad``/``update``: the plan's components of each
+phase, ``pacs.plan.memory``) and ``eval``
 (``benchmark``, ``data``, ``settings`` of the heaviest evaluation of its runs, or null).
 
 In ``DIR``:
@@ -13,8 +14,9 @@ In ``DIR``:
    ``rollout.max_response_length``), a checkpoint at the last step, no held-out evaluation and no wandb,
    trained by the command of the training job itself (``pacs train``: torchrun, srun across nodes). The first
    step pays for warm-up and the optimizer's state; the last one is the run's worst-case step. Each rank's
-   peak memory (on a GPU torch's reserved peak, else the process's resident peak) is checked against
-   ``memory.limit``.
+   peak memory in each phase of a step (``pacs.train.memory``: on a GPU the device's use, the CUDA context,
+   NCCL and vLLM awake included, a sleeping vLLM's pool not; else the process's resident peak) is checked
+   against ``memory.limit``.
 2. The checkpoint read back: every file against the sizes and SHA-256 of its manifest, as a resume checks it.
 3. ``eval/``: one evaluation chunk (``chunk_problems`` problems) of that checkpoint with the benchmark's
    settings, by ``pacs evaluate``.
@@ -32,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from pacs.io import atomic_write_json, atomic_write_text
+from pacs.plan.memory import PHASES
 from pacs.train.segments import read_segments
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory")
@@ -59,12 +62,14 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.3g} GB"
 
 
-def memory_change(spec: dict) -> str:
+def memory_change(spec: dict, phases=PHASES) -> str:
+    """The keys of the plan's largest components in ``phases`` (all of them when an out-of-memory error does
+    not say which phase ran out)."""
     from pacs.plan.jobs import memory_fixes
 
     memory, keys = spec["memory"], spec["keys"]
-    return "; ".join(filter(None, (memory_fixes("update", memory["update"], keys),
-                                   memory_fixes("generate", memory["generate"], keys))))  # fmt: skip
+    fixes = [memory_fixes(memory[p], keys) for p in phases if p in memory]
+    return "; ".join(dict.fromkeys(f for fix in fixes for f in fix.split("; ") if f))
 
 
 def train_failure(spec: dict, out: Path, code: int) -> PreflightError:
@@ -79,19 +84,32 @@ def train_failure(spec: dict, out: Path, code: int) -> PreflightError:
                           f"(run directory {out})")  # fmt: skip
 
 
-def check_memory(spec: dict, peaks: list[dict]) -> list[float]:
-    """Each rank's peak bytes on its device; an error when one exceeds the device's memory."""
-    device = [p.get("gpu_reserved", p["rss"]) * 1e9 for p in peaks]
-    limit, worst = spec["memory"]["limit"], max(range(len(device)), key=lambda r: device[r])
-    if limit is not None and device[worst] > limit:
-        where = "reserved by torch on its GPU" if "gpu_reserved" in peaks[worst] else "resident (the process)"
+def phase_bytes(peaks: dict) -> dict[str, float]:
+    """One rank's bytes per phase on its device: the device's use on a GPU, else the resident peak."""
+    return {phase: p.get("device", p["rss"]) * 1e9 for phase, p in peaks["phases"].items()}
+
+
+def check_memory(spec: dict, peaks: list[dict]) -> list[dict[str, float]]:
+    """Each rank's bytes per phase (``phase_bytes``); an error naming the rank and phase when one exceeds the
+    device's memory, with the plan's figure and largest components for that phase."""
+    from pacs.plan.jobs import largest
+
+    used = [phase_bytes(p) for p in peaks]
+    limit = spec["memory"]["limit"]
+    measured = [(r, phase) for r, u in enumerate(used) for phase in u]
+    rank, phase = max(measured, key=lambda rp: used[rp[0]][rp[1]], default=(0, None))
+    if limit is not None and phase is not None and used[rank][phase] > limit:
+        where = "in use on its GPU" if "device" in peaks[rank]["phases"][phase] else "resident (the process)"
+        plan = spec["memory"].get(phase, {})  # a spec written before the plan counted this phase has none
+        parts = ", ".join(f"{k} {_gb(v)}" for k, v in largest(plan))
         raise PreflightError(
-            f"{spec['name']}: rank {worst} peaked at {_gb(device[worst])} {where} with every response at "
+            f"{spec['name']}: rank {rank} peaked at {_gb(used[rank][phase])} {where} in the {phase} phase (the "
+            f"plan's largest parts of it: {parts}) with every response at "
             f"{spec['run']['rollout']['max_response_length']} tokens, more than the {_gb(limit)} of a "
-            f"{spec['memory']['device']} (the plan estimated {_gb(spec['memory']['plan'])}); "
-            f"change {memory_change(spec)}"
+            f"{spec['memory']['device']} (the plan estimated {_gb(sum(plan.values()))}); "
+            f"change {memory_change(spec, [phase])}"
         )
-    return device
+    return used
 
 
 def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
@@ -167,14 +185,36 @@ def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").unlink(missing_ok=True)
     train = run_training(spec, out, launcher)
-    device = check_memory(spec, train["peaks"])
-    result = {"name": spec["name"], "runs": spec["runs"], **train, "device_peak_bytes": device,
-              "plan_peak_bytes": spec["memory"]["plan"], "limit_bytes": spec["memory"]["limit"],
+    used = check_memory(spec, train["peaks"])
+    result = {"name": spec["name"], "runs": spec["runs"], **train, "phase_bytes": used,
+              "device_peak_bytes": [max(u.values(), default=0.0) for u in used],
+              "plan_peak_bytes": spec["memory"]["plan"],
+              "plan_phase_bytes": {p: sum(spec["memory"].get(p, {}).values()) for p in PHASES},
+              "limit_bytes": spec["memory"]["limit"],
               **read_back(spec, Path(train["run_dir"]) / "checkpoints"), "spec": spec}  # fmt: skip
     result["eval"] = evaluate_chunk(spec, result["checkpoint"], out) if spec["eval"] else None
     atomic_write_text(out / "preflight.md", format_preflight(result))
     atomic_write_json(out / "preflight.json", result)
     return result
+
+
+def memory_table(r: dict) -> list[str]:
+    """Each phase's measured peak (the largest rank's) beside the plan's figure and largest components."""
+    from pacs.plan.jobs import largest
+
+    gpu = "device" in r["peaks"][0]["phases"].get("update", {})
+    what = ("the device's use (torch's reserved peak, less a sleeping vLLM's pool, with the CUDA context, NCCL "
+            "and vLLM awake)" if gpu else "the process's resident peak")  # fmt: skip
+    limit = r["limit_bytes"]
+    lines = [f"Peak memory per phase of a step: measured, {what}, on the largest of {len(r['peaks'])} rank(s); "
+             f"the plan's figure for the phase (device: {_gb(limit) if limit else '-'}).", "",
+             "| phase | measured | plan | the plan's largest parts |", "|---|---|---|---|"]  # fmt: skip
+    for phase in PHASES:
+        measured = max((u[phase] for u in r["phase_bytes"] if phase in u), default=None)
+        parts = ", ".join(f"{k} {_gb(v)}" for k, v in largest(r["spec"]["memory"].get(phase, {})))
+        lines.append(f"| {phase} | {_gb(measured) if measured is not None else '-'} | "
+                     f"{_gb(r['plan_phase_bytes'][phase])} | {parts} |")  # fmt: skip
+    return lines
 
 
 def format_preflight(r: dict) -> str:
@@ -188,10 +228,7 @@ def format_preflight(r: dict) -> str:
     for s in r["steps"]:
         lines.append(f"| {s['step']} | {s['time/step']:.2f} | " + " | ".join(f"{s[p]:.2f}" for p in phases)
                      + f" | {s['throughput/tokens_per_s']:.0f} |")  # fmt: skip
-    limit = r["limit_bytes"]
-    lines += ["", "| rank | peak (measured) | plan | device |", "|---|---|---|---|"]
-    lines += [f"| {rank} | {_gb(b)} | {_gb(r['plan_peak_bytes'])} | {_gb(limit) if limit else '-'} |"
-              for rank, b in enumerate(r["device_peak_bytes"])]  # fmt: skip
+    lines += ["", *memory_table(r)]
     lines += ["", f"- start-up (launch to the first step): {r['startup_s']:.1f} s",
               f"- checkpoint: {_gb(r['checkpoint_bytes'])} written in {r['checkpoint_s']:.1f} s, read back against "
               f"its manifest in {r['read_back_s']:.1f} s",

@@ -1,7 +1,6 @@
 """What a run records: per-step statistics over all ranks, held-out accuracy, and its directory's config."""
 
 import json
-import resource
 import shutil
 from pathlib import Path
 
@@ -13,25 +12,31 @@ from pacs.io import atomic_write_text
 from pacs.train.batch import Batch
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce, gather_objects
+from pacs.train.memory import PHASES, TRACKER
 from pacs.verify import status_counts
 
 
 def own_peaks() -> dict:
-    """This process's peak memory so far, GB: resident (``rss``) and, on a GPU, what torch allocated and
-    reserved (``gpu_reserved``: what an out-of-memory error counts; a sleeping vLLM's pool is apart)."""
-    mine = {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9}  # Linux reports KiB
-    if torch.cuda.is_available():
-        mine["gpu_allocated"] = torch.cuda.max_memory_allocated() / 1e9
-        mine["gpu_reserved"] = torch.cuda.max_memory_reserved() / 1e9
-    return mine
+    """This process's peak memory so far, GB (``pacs.train.memory``): resident (``rss``), on a GPU torch's
+    reserved peak without the rollout engine's own pool (``gpu``) and the device's use (``device``), and
+    under ``phases`` each phase's."""
+    return TRACKER.peaks()
 
 
 def peak_memory(env: DistEnv) -> dict:
-    """The largest peak resident memory (and, on GPU, peak allocated CUDA memory) of any rank so far, GB."""
+    """The largest of any rank so far, GB: the process's peak resident memory and, on a GPU, torch's peak
+    reserved memory without the engine's pool; and per phase (``memory/<phase>/``) its resident memory and,
+    on a GPU, torch's peak and the device's use."""
     mine = own_peaks()
-    values = [mine["rss"], *([mine["gpu_allocated"]] if "gpu_allocated" in mine else [])]
+    keys = ["peak_rss", *(["peak_gpu"] if "gpu" in mine else [])]
+    values = [mine[k.removeprefix("peak_")] for k in keys]
+    for name in PHASES:  # every rank runs every phase of every step
+        figures = mine["phases"].get(name, {})
+        for kind in ("rss", "torch", "device") if "gpu" in mine else ("rss",):
+            keys.append(f"{name}/{kind}")
+            values.append(figures.get(kind, 0.0))
     peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
-    return {"memory/peak_rss_gb": peak[0], **({"memory/peak_gpu_gb": peak[1]} if len(peak) > 1 else {})}
+    return {f"memory/{k}_gb": v for k, v in zip(keys, peak, strict=True)}
 
 
 def rank_peaks(env: DistEnv) -> list[dict]:

@@ -26,6 +26,7 @@ from pacs.rollout.fingerprint import fingerprint
 from pacs.train.batch import Batch, rollout_batch
 from pacs.train.config import RunConfig, compute_dtype
 from pacs.train.distributed import DistEnv, all_reduce, full_tensors
+from pacs.train.memory import phase
 
 
 def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int, env: DistEnv,
@@ -103,7 +104,8 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
         logprobs=True,
         ignore_eos=config.rollout.ignore_eos,
     )
-    completions = engine.generate(token_ids, params)
+    with phase("generate", engine):  # the engine awake beside the trainer's state, before it sleeps
+        completions = engine.generate(token_ids, params)
     timer["generate"] = time.perf_counter()
     engine.release_memory()
     golds, texts = [prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g]
