@@ -1,10 +1,12 @@
 """The Snakemake workflow: lint, the paper's DAG, the tiny experiment end to end, what reruns when
 the config changes, and a failing job."""
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import zipfile
@@ -23,11 +25,49 @@ TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yam
 VLLM = str(REPO / "config" / "tiny_vllm.yaml")  # PACS with vLLM rollouts: the local run only, not SLURM's
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
     """snakemake on the repository's Snakefile with ``workdir`` as its working directory (results/ there)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+
+
+def venv_env(**extra: str) -> dict[str, str]:
+    """This environment with this Python's bin first on PATH (rules call `pacs`), and ``extra``."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra}
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, timeout=timeout,
+                          env=venv_env())  # fmt: skip
+
+
+class Started:
+    """A command started now and awaited later (``result``), its output in files rather than pipes that could
+    fill: runs that mostly wait (on SLURM's polling, on each other's jobs) go side by side. ``timeout -k``
+    ends it, and whatever it started in its process group, past ``timeout_s``."""
+
+    def __init__(self, command: list[str], log: Path, env: dict, timeout_s: int, cwd: Path | None = None):
+        self.out, self.err = open(log.with_suffix(".out"), "w+"), open(log.with_suffix(".err"), "w+")
+        self.proc = subprocess.Popen(["timeout", "-k", "30", str(timeout_s), *command], stdout=self.out,
+                                     stderr=self.err, text=True, env=env, cwd=cwd)  # fmt: skip
+
+    def result(self) -> subprocess.CompletedProcess:
+        code = self.proc.wait()
+        outputs = []
+        for f in (self.out, self.err):
+            f.seek(0)
+            outputs.append(f.read())
+        return subprocess.CompletedProcess(self.proc.args, code, *outputs)
+
+    def stop(self) -> None:
+        """End it if it still runs (a test before its wait failed): timeout leads its process group."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=60)
+        self.out.close()
+        self.err.close()
 
 
 def overlay(path: Path, data: dict) -> str:
@@ -154,16 +194,113 @@ def test_a_bad_config_key_is_an_error_naming_it(tmp_path, bad, named):
 
 
 @pytest.fixture(scope="module")
-def tiny_run(shared_data, tmp_path_factory) -> Path:
-    """`snakemake --cores 2` on config/tiny.yaml + the real-benchmark and vLLM overlays, data from local files."""
+def cluster():
+    """A real single-node SLURM cluster (../shared/slurm, or PACS_SLURM_DIR), started for this module if it can
+    be; the reasons it cannot (the SLURM tests fail on them in CI and skip elsewhere, see ``slurm_cluster``)."""
+    import importlib.util
+
+    scripts = Path(os.environ.get("PACS_SLURM_DIR", REPO.parent / "shared" / "slurm")).resolve()
+    problems = []
+    if not (scripts / "start-local-slurm.sh").is_file():
+        problems.append(f"no start-local-slurm.sh in {scripts} (set PACS_SLURM_DIR)")
+    if os.geteuid() != 0:
+        problems.append("starting the SLURM daemons needs root")
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        problems.append("snakemake-executor-plugin-slurm is not installed (pip install -e '.[slurm]')")
+    if problems:
+        yield problems
+        return
+    # 4 job slots on 2 cores (SLURM's per-job overhead overlaps); 2 fake GPUs (null devices) to schedule GPU jobs
+    env = {**os.environ, "SLURM_CPUS": "4", "SLURM_GPUS": "2"}
+    done = subprocess.run(["bash", str(scripts / "start-local-slurm.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    yield []
+    subprocess.run(["bash", str(scripts / "stop-local-slurm.sh")], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def slurm_cluster(cluster):
+    """The SLURM cluster: required in CI, else skipped, naming what is missing."""
+    if cluster:
+        if os.environ.get("CI"):
+            pytest.fail("; ".join(cluster))
+        pytest.skip("; ".join(cluster))
+
+
+# The local run trains 20 steps (config/tiny.yaml: 40) with checkpoints, evaluations and in-training
+# evaluations at 10 and 20: the same jobs and files; no assertion needs the longer training
+SHORT = {"train": {"trainer": {"total_steps": 20}, "checkpoint": {"save_every": 10}, "eval": {"every": 10}},
+         "eval": {"checkpoints": [10, "last"]}}  # fmt: skip
+
+
+def place_built(workdir: Path, toy_data: Path, tiny_model: Path) -> None:
+    """The workflow's toy data and tiny model in ``workdir``, as if built there already: the session's own
+    (``pacs tiny-model`` builds the same weights as the workflow's rule), copied with their times (the model
+    newer than its data), so that Snakemake builds neither again."""
+    data = workdir / "results" / "tiny" / "data"
+    data.mkdir(parents=True)
+    for split in ("train", "heldout"):
+        shutil.copy2(toy_data / f"{split}.parquet", data / f"toy_{split}.parquet")
+    shutil.copytree(tiny_model, workdir / "results" / "tiny" / "models" / "tiny")
+
+
+def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
+    """What the SLURM run adds is the SLURM path, not the computations (the local tiny run does all of
+    those): one method trained for 4 steps on 2 (fake) GPUs, evaluated with the base model on the toy task
+    and one real benchmark, from the tiny model the other tests share (building it is a job like the
+    others), and the reports."""
+    config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
+    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
+    del config["models"]["tiny"]["build"]
+    config["methods"] = {"pacs": config["methods"]["pacs"]}
+    config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
+    config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
+    config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
+                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}},
+                             "eval": {"checkpoints": ["last"]}})  # fmt: skip
+    return overlay(workdir / "slurm.yaml", config)
+
+
+@pytest.fixture(scope="module")
+def experiments(shared_data, cluster, tmp_path_factory, request):
+    """The tiny experiment run locally (`snakemake --cores 2`) and its slice through SLURM (`snakemake
+    --profile slurm all`, where a cluster is up), started side by side: the SLURM run mostly waits on its
+    jobs and on the plugin's polling, and fills the core the local run leaves idle while it builds its model.
+    {"local": (workdir, Started), "slurm": (workdir, configfile, Started)}."""
+    started = {}
     workdir = tmp_path_factory.mktemp("workflow")
-    local = overlay(workdir / "local.yaml", {"data": {"source": "local", "local_dir": str(shared_data)}})
-    done = snakemake(workdir, "--cores", "2", "--configfile", *TINY, VLLM, local)
+    overlay(workdir / "local.yaml", merged(SHORT, {"data": {"source": "local", "local_dir": str(shared_data)}}))
+    command = snakemake_command(workdir, "--cores", "2", "--configfile", *configfiles(workdir))
+    started["local"] = (workdir, Started(command, workdir.parent / "workflow_local", venv_env(), 3600))
+    if not cluster:
+        # `snakemake --profile slurm` as the README sets it up: the bare name resolves through
+        # ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm
+        root = tmp_path_factory.mktemp("slurm")
+        (root / "xdg" / "snakemake").mkdir(parents=True)
+        (root / "xdg" / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
+        (root / "run").mkdir()
+        config = slurm_config(root / "run", shared_data, request.getfixturevalue("tiny_model"))
+        env = venv_env(XDG_CONFIG_HOME=str(root / "xdg"), SBATCH_PARTITION="debug")
+        command = snakemake_command(root / "run", "--profile", "slurm", "all", "--configfile", config)
+        started["slurm"] = (root / "run", config, Started(command, root / "snakemake", env, 3600))
+    yield started
+    for *_, run in started.values():
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(experiments) -> Path:
+    """`snakemake --cores 2` on config/tiny.yaml + the real-benchmark and vLLM overlays, trained 20 steps
+    (SHORT), data from local files."""
+    workdir, run = experiments["local"]
+    done = run.result()
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     return workdir
 
 
 def configfiles(workdir: Path, *extra: dict) -> list[str]:
+    """The local run's config files (its overlay local.yaml: data from local files, SHORT), then ``extra``."""
     files = [*TINY, VLLM, str(workdir / "local.yaml")]
     return files + [overlay(workdir / f"extra{i}.yaml", e) for i, e in enumerate(extra)]
 
@@ -201,7 +338,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
     # the sweep: one run per β, each with its β; two updates per step, so the runs differ
     betas = {v: yaml.safe_load((results / f"configs/run_tiny_pacs_beta_{v}.yaml").read_text()) for v in ("0.5", "2")}
     assert [c["algorithm"]["options"]["beta"] for c in betas.values()] == [0.5, 2.0]
-    assert table[table["method"] == "pacs_beta_0.5"]["step"].unique().tolist() == [20, 40]
+    assert table[table["method"] == "pacs_beta_0.5"]["step"].unique().tolist() == [10, 20]
     pacs_run = [json.loads(x) for x in (results / "runs/tiny/pacs/metrics.jsonl").read_text().splitlines()]
     assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in pacs_run[1:])  # sampled by vLLM, from current weights
     assert "rollout/logprob_gap_max" not in json.loads(
@@ -259,7 +396,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
     "change, expected",
     [
         # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks, and the
-        # toy task at step 20), the reports; not its preflight, which the learning rate does not change
+        # toy task at step 10), the reports; not its preflight, which the learning rate does not change
         (
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
             {"train_policy": 1, "evaluate_model": 6},
@@ -296,11 +433,7 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
     """The tiny config planned for a device of 0.3 GB (a calibration file): the plan's estimate fits, but the
     preflight measures more, fails naming the run, the measurement and the keys to change, and the run's
     training never starts."""
-    data = tmp_path / "results" / "tiny" / "data"
-    data.mkdir(parents=True)
-    for split in ("train", "heldout"):  # the workflow's toy data, and then its model, as if built already
-        shutil.copy(toy_data / f"{split}.parquet", data / f"toy_{split}.parquet")
-    shutil.copytree(tiny_model, tmp_path / "results" / "tiny" / "models" / "tiny")
+    place_built(tmp_path, toy_data, tiny_model)
     calibration = tmp_path / "small.json"
     calibration.write_text(json.dumps({"gpu": "0.3 GB device", "memory_bytes": 300_000_000, "overhead_bytes": 0,
                                        "vllm_overhead_bytes": 0}))  # fmt: skip
@@ -311,65 +444,19 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
     log = (tmp_path / "results/tiny/logs/preflight/tiny_pacs.log").read_text()
     assert re.search(r"FAILED: train/tiny/pacs: rank 0 peaked at [\d.]+ GB resident .* more than the 0.3 GB of a "
                      r"0.3 GB device \(the plan estimated [\d.]+ GB\); change train \(or methods.pacs.train\)"
-                     r"\.trainer\.", log), log[-3000:]  # fmt: skip
+                     r"\.\w+\.", log), log[-3000:]  # fmt: skip
+    assert "build_tiny_model" not in done.stdout + done.stderr  # placed, not built again
     assert not (tmp_path / "results/tiny/runs").exists()
     assert not (tmp_path / "results/tiny/preflight/tiny_pacs/preflight.json").exists()
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """A real single-node SLURM cluster (../shared/slurm, or PACS_SLURM_DIR): required in CI, else skipped."""
-    import importlib.util
-
-    scripts = Path(os.environ.get("PACS_SLURM_DIR", REPO.parent / "shared" / "slurm")).resolve()
-    problems = []
-    if not (scripts / "start-local-slurm.sh").is_file():
-        problems.append(f"no start-local-slurm.sh in {scripts} (set PACS_SLURM_DIR)")
-    if os.geteuid() != 0:
-        problems.append("starting the SLURM daemons needs root")
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
-        problems.append("snakemake-executor-plugin-slurm is not installed (pip install -e '.[slurm]')")
-    if problems:
-        if os.environ.get("CI"):
-            pytest.fail("; ".join(problems))
-        pytest.skip("; ".join(problems))
-    # 4 job slots on 2 cores (SLURM's per-job overhead overlaps); 2 fake GPUs (null devices) to schedule GPU jobs
-    env = {**os.environ, "SLURM_CPUS": "4", "SLURM_GPUS": "2"}
-    done = subprocess.run(["bash", str(scripts / "start-local-slurm.sh")], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    yield
-    subprocess.run(["bash", str(scripts / "stop-local-slurm.sh")], capture_output=True, timeout=120)
-
-
 @pytest.mark.slow
-def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, tmp_path):
-    """`snakemake --profile slurm all` as the README sets it up: the bare name resolves through
-    ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm. Training jobs ask for 2
-    (fake) GPUs: SLURM schedules them, and each runs its launcher once, which starts 2 ranks (DDP on CPU)."""
-    xdg = tmp_path / "xdg"
-    (xdg / "snakemake").mkdir(parents=True)
-    (xdg / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
-    workdir = tmp_path / "run"
-    workdir.mkdir()
-    # What this test adds is the SLURM path, not the computations (the local tiny run does all of those):
-    # one method trained for 4 steps, evaluated with the base model on the toy task and one real benchmark,
-    # from the tiny model the other tests share (building it is a job like the others).
-    config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
-    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
-    del config["models"]["tiny"]["build"]
-    config["methods"] = {"pacs": config["methods"]["pacs"]}
-    config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
-    config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
-    config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
-                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}},
-                             "eval": {"checkpoints": ["last"]}})  # fmt: skip
-    local = overlay(workdir / "slurm.yaml", config)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "XDG_CONFIG_HOME": str(xdg), "SBATCH_PARTITION": "debug"}  # fmt: skip
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--profile", "slurm", "all", "--configfile", local]  # fmt: skip
-    done = subprocess.run(["timeout", "-k", "30", "2400", *command], capture_output=True, text=True, env=env)
+def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
+    """`snakemake --profile slurm all` as the README sets it up (``experiments``, beside the local run), on a
+    slice of the tiny experiment (``slurm_config``). Training jobs ask for 2 (fake) GPUs: SLURM schedules
+    them, and each runs its launcher once, which starts 2 ranks (DDP on CPU)."""
+    workdir, local, run = experiments["slurm"]
+    done = run.result()
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     submitted = re.findall(r"submitted with SLURM jobid", output, re.I)
@@ -386,7 +473,6 @@ def test_tiny_experiment_through_slurm(slurm_cluster, shared_data, tiny_model, t
         assert launches[0]["slurm_job"] and launches[0]["visible_devices"] == "0,1", launches
         assert launches[0]["nproc_per_node"] == 2 and "torch.distributed.run" in launches[0]["command"]
         assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran
-
 
 
 @pytest.mark.slow
