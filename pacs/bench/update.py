@@ -23,24 +23,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-
-def _reset_peak_rss() -> bool:
-    """Reset this process's resident-memory high-water mark (Linux); False where the kernel refuses."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def _status_bytes(field: str) -> int:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its high-water mark) of this process, from /proc."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def update_batch(vocab: int, rows: int, n: int, prompt_length: int, response_length: int, distribution: str,
@@ -97,6 +79,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.train.batch import PACKED, token_logprobs
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
+    from pacs.train.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.models import scorer_of, spread
     from pacs.train.varlen import PackedRows, to_device
 
@@ -107,7 +90,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     cuda = env.device.startswith("cuda")
     alone = t.strategy == "fsdp" and not env.active
     config = model_config(shape, **overrides)
-    rss_before_model = _status_bytes("VmRSS")  # the interpreter, torch and the process group
+    rss_before_model = status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
     module = spread(scorer_of(model, t), t, env)
@@ -117,7 +100,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    rss_after_setup, reset = _status_bytes("VmRSS"), _reset_peak_rss()
+    rss_after_setup, reset = status_bytes("VmRSS"), reset_resident_peak()
     batch = update_batch(config.vocab_size, rows, group_size, prompt_length, response_length, lengths, 1000 + env.rank)
     work = batch_work(batch, group_size, t.share_prompt and group_size > 1, t.pack_sequences)
     layout = None
@@ -162,7 +145,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     linear = 6 * d["layers"] * d["layer_params"] * work["needed_positions"]
     linear += 6 * d["vocab"] * d["h"] * work["response_tokens"]
     attention = 3 * 4 * d["layers"] * d["q"] * work["attended_keys"]
-    peak_rss = _status_bytes("VmHWM")
+    peak_rss = resident_peak()
     peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
     mine = {
         "rank": env.rank,

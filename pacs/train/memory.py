@@ -50,12 +50,17 @@ import torch
 from pacs.plan.memory import PHASES
 
 
-def resident_peak() -> int:
-    """This process's resident-memory high-water mark, bytes (``VmHWM``; Linux reports KiB)."""
-    found = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+def status_bytes(field: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its high-water mark) of this process, bytes (Linux reports KiB)."""
+    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
     if found is None:
-        raise RuntimeError("/proc/self/status has no VmHWM: per-phase resident memory needs Linux")
+        raise RuntimeError(f"/proc/self/status has no {field}: per-phase resident memory needs Linux")
     return int(found.group(1)) * 1024
+
+
+def resident_peak() -> int:
+    """This process's resident-memory high-water mark, bytes."""
+    return status_bytes("VmHWM")
 
 
 def reset_resident_peak() -> bool:
