@@ -1,0 +1,215 @@
+"""Code as a verifiable task: a program and its tests in LiveCodeBench's form give a verdict.
+
+The tests, ``{"tests": [{"input", "output", "testtype": "stdin" | "functional"}], "fn_name"}``, are a code
+row's ``ground_truth`` and the file of ``pacs check-code --tests``. A ``stdin`` test feeds the input to the
+program and compares its output with the expected one line by line after stripping, then, for lines that
+differ, as whitespace-separated decimals (LiveCodeBench's ``grade_stdio``). A ``functional`` test calls
+``Solution().<fn_name>(*args)``, one JSON argument per input line, and compares the value as JSON (a tuple
+counts as a list, as in LiveCodeBench's ``grade_call_based``). A program passes when every test passes;
+tests run in order and the first that does not pass ends the run (as LiveCodeBench's harness does).
+
+Expected outputs stay in this process: the sandbox (``sandbox.py``) gets the program and the inputs only,
+and the comparison happens here, on the values it sends back.
+"""
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Literal, NamedTuple
+
+from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, resolve_isolation
+
+CODE_STATUSES = ("passed", "failed", "timeout", "runtime_error", "memory", "output_limit", "no_code", "sandbox_error")
+TIMEOUT_PROFILES = {"livecodebench": 6.0, "glm45": 30.0}  # seconds per test: LiveCodeBench's, GLM-4.5's toolkit's
+TESTTYPES = ("stdin", "functional")
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+
+
+class CodeVerdict(NamedTuple):
+    status: str  # one of CODE_STATUSES
+    score: float  # 1.0 if passed else 0.0; read the status before trusting a 0
+    extracted: str  # the program that ran ("" when none was found)
+    passed: int  # tests passed, in order, before the first that did not
+    total: int
+    seconds: float  # the sandbox's whole run, its start included
+    isolation: str  # the level in force (sandbox.LEVELS), "" when nothing ran
+    detail: str = ""  # for sandbox_error: why
+
+
+@dataclass(frozen=True)
+class CodeConfig:
+    """How programs are run and judged; the defaults are LiveCodeBench's."""
+
+    timeout_profile: Literal["livecodebench", "glm45"] = "livecodebench"  # 6 s or 30 s per test
+    timeout_s: float | None = None  # seconds per test; None: the profile's
+    budget_s: float | None = None  # seconds for all of a program's tests; None: only the per-test limit
+    memory_mb: int = 2048  # address space of each run
+    output_mb: int = 16  # what one run may write (stdout, files)
+    isolation: Literal["auto", "bubblewrap", "limits"] = "auto"  # auto: bubblewrap where it works
+    seccomp: bool = True  # the system-call filter inside the sandbox; off only to test the level below it
+
+    def __post_init__(self):
+        if self.timeout_profile not in TIMEOUT_PROFILES:
+            raise ValueError(f"code.timeout_profile = {self.timeout_profile!r}: one of {sorted(TIMEOUT_PROFILES)}")
+        if self.isolation not in ("auto", "bubblewrap", "limits"):
+            raise ValueError(f"code.isolation = {self.isolation!r}: one of auto, bubblewrap, limits")
+        for key in ("timeout_s", "budget_s"):
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
+                raise ValueError(f"code.{key} must be > 0 or null, got {getattr(self, key)}")
+        for key in ("memory_mb", "output_mb"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"code.{key} must be >= 1, got {getattr(self, key)}")
+
+    @property
+    def test_timeout_s(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else TIMEOUT_PROFILES[self.timeout_profile]
+
+
+class CodeTest(NamedTuple):
+    input: str
+    output: str
+    testtype: str
+
+
+@dataclass(frozen=True)
+class CodeTests:
+    tests: tuple[CodeTest, ...]
+    fn_name: str | None
+
+
+def parse_tests(text: str, where: str = "tests") -> CodeTests:
+    """The tests JSON, checked; a bad one is a ValueError naming ``where`` and the test."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{where}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), list) or not data["tests"]:
+        raise ValueError(f'{where}: expected {{"tests": [...], "fn_name": ...}} with at least one test')
+    fn_name = data.get("fn_name")
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise ValueError(f"{where}: fn_name {fn_name!r} is not a Python name")
+    tests = []
+    for i, t in enumerate(data["tests"]):
+        if not isinstance(t, dict) or not all(isinstance(t.get(k), str) for k in ("input", "output")):
+            raise ValueError(f"{where}: test {i} needs string 'input' and 'output'")
+        kind = t.get("testtype", "stdin")
+        if kind not in TESTTYPES:
+            raise ValueError(f"{where}: test {i} has testtype {kind!r}, not one of {TESTTYPES}")
+        if kind == "functional":
+            if fn_name is None:
+                raise ValueError(f"{where}: test {i} is functional but the tests give no fn_name")
+            try:
+                json.loads(t["output"])
+                [json.loads(line) for line in t["input"].split("\n")]
+            except ValueError as e:
+                raise ValueError(f"{where}: functional test {i}: input lines and output must be JSON ({e})") from None
+        tests.append(CodeTest(t["input"], t["output"], kind))
+    return CodeTests(tuple(tests), fn_name)
+
+
+def extract_code(response: str) -> str | None:
+    """The program in a model's answer: the last fenced block after the last ``</think>`` (the GLM-4.5
+    toolkit's rule; LiveCodeBench also takes the last block); None when there is none."""
+    blocks = _FENCE.findall(response.rsplit("</think>", 1)[-1])
+    return blocks[-1] if blocks else None
+
+
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(x) for x in line.split()]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def stdout_matches(output: str, expected: str) -> bool:
+    got, want = _stripped_lines(output), _stripped_lines(expected)
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want, strict=True):
+        if a == b:
+            continue
+        da, db = _decimals(a), _decimals(b)
+        if da is None or db is None or da != db:
+            return False
+    return True
+
+
+def value_matches(output: str, expected: str) -> bool:
+    try:
+        return json.loads(output) == json.loads(expected)
+    except (ValueError, RecursionError):
+        return False
+
+
+def test_passes(test: CodeTest, output: object) -> bool:
+    if not isinstance(output, str):
+        return False
+    return stdout_matches(output, test.output) if test.testtype == "stdin" else value_matches(output, test.output)
+
+
+HARNESS_STATUSES = {"timeout": "timeout", "memory": "memory", "output_limit": "output_limit"}
+
+
+def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig()) -> CodeVerdict:
+    """Run ``program`` on ``tests`` in a fresh sandbox and judge its outputs here."""
+    level = resolve_isolation(config.isolation)
+    total = len(tests.tests)
+    timeout = config.test_timeout_s
+    output_bytes = config.output_mb << 20
+    request = {
+        "code": program, "fn_name": tests.fn_name, "timeout_s": timeout, "cpu_s": int(timeout) + 1,
+        "memory_bytes": config.memory_mb << 20, "output_bytes": output_bytes,
+        "seccomp": "auto" if config.seccomp else "off",
+        "tests": [{"input": t.input, "testtype": t.testtype} for t in tests.tests],
+    }  # fmt: skip
+    largest_input = max(len(t.input.encode()) for t in tests.tests)
+    run_limit = total * (timeout + 1.0) if config.budget_s is None else config.budget_s
+    start = time.monotonic()
+    status, passed, isolation, detail = "runtime_error", 0, "", ""
+    with Sandbox(request, level, (64 << 20) + 2 * (largest_input + output_bytes)) as box:
+        for record in box.records(start + STARTUP_GRACE_S + run_limit, 8 * output_bytes + 4096):
+            if not isolation:  # the harness's first line, written before any program ran
+                if record == "deadline" or not (isinstance(record, dict) and record.get("ready") is True):
+                    status, detail = "sandbox_error", f"the sandbox did not start: {record!r}"
+                    break
+                isolation = f"{level}+seccomp" if record.get("seccomp") is True else level
+                continue
+            if record == "deadline":
+                status = "timeout"
+            elif record == "too_long":
+                status = "output_limit"
+            elif isinstance(record, str) or record.get("test") != passed:
+                status = "runtime_error"  # the harness's report was garbled: only a program can do that
+            elif record.get("status") != "ok":
+                status = HARNESS_STATUSES.get(record.get("status"), "runtime_error")
+            elif not test_passes(tests.tests[passed], record.get("output")):
+                status = "failed"
+            else:
+                passed += 1
+                if passed < total:
+                    continue
+                status = "passed"
+            break
+        else:
+            if not isolation:
+                status = "sandbox_error"
+                detail = f"the sandbox ended before starting: {box.proc.poll()} {box.errors.decode(errors='replace')}"
+        if status == "sandbox_error" and not detail:
+            detail = box.errors.decode(errors="replace")[:500]
+    seconds = time.monotonic() - start
+    return CodeVerdict(status, float(status == "passed"), program, passed, total, seconds, isolation, detail[:500])
+
+
+def score_code(tests: str | CodeTests, response: str, config: CodeConfig = CodeConfig()) -> CodeVerdict:
+    """A model's whole answer judged: its code extracted, run and compared (``no_code`` when there is none)."""
+    tests = parse_tests(tests) if isinstance(tests, str) else tests
+    program = extract_code(response)
+    if program is None:
+        return CodeVerdict("no_code", 0.0, "", 0, len(tests.tests), 0.0, "")
+    return run_program(program, tests, config)

@@ -1,0 +1,290 @@
+"""The code verifier's harness: the one file that runs inside the sandbox (``python -I harness.py``).
+
+It reads one request as JSON on stdin, ``{"code", "fn_name", "tests": [{"input", "testtype"}], "timeout_s",
+"cpu_s", "memory_bytes", "output_bytes", "seccomp", "uid"}``, and runs the program once per test, each time
+in a fresh child forked from here (never from the trainer). It writes JSON lines on stdout: first
+``{"ready": ..., "seccomp": ..., "uid": ...}``, then one ``{"test", "status", "seconds", "output"}`` per test,
+where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or ``output_limit`` and output the
+program's stdout (stdin tests) or its return value as JSON (functional tests). It never sees an expected
+output: the host compares, outside. The host stops reading (and kills this sandbox) at the first test
+that does not pass.
+
+In each child, before the program's first line: a new session, limits on address space, CPU seconds,
+file size (the output's bound), open files and core dumps, and a seccomp filter (x86-64) that refuses
+creating processes (threads are allowed), sockets, signalling any other process, tracing and reading
+other processes, namespaces, io_uring and a few kernel attack surfaces. As root, this harness first
+drops to ``uid`` (nobody). Standard library only: the file is mounted alone into the sandbox.
+"""
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import resource
+import select
+import signal
+import sys
+import tempfile
+import time
+
+# LiveCodeBench runs every program after these imports (lcb_runner/evaluation/testing_util.py); imported
+# here once, so that each forked child finds them loaded (and, after dropping root, readable)
+IMPORTS = (
+    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\nfrom random import *\n"
+    "from statistics import *\nfrom itertools import *\nfrom functools import *\nfrom operator import *\n"
+    "from io import *\nfrom sys import *\nfrom json import *\nfrom builtins import *\nfrom typing import *\n"
+    "import string\nimport re\nimport datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\n"
+    "import math\nimport random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
+    "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
+)
+PRELOAD = ("array", "cmath", "dataclasses", "decimal", "enum", "fractions", "numbers", "queue", "struct",
+           "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib")  # fmt: skip
+
+EXIT_RUNTIME, EXIT_MEMORY, EXIT_OUTPUT = 1, 3, 4  # the child's own exit codes
+
+# seccomp: x86-64 system call numbers
+AUDIT_ARCH_X86_64 = 0xC000003E
+DENY = {  # syscall: errno
+    57: errno.EPERM,  # fork
+    58: errno.EPERM,  # vfork
+    435: errno.ENOSYS,  # clone3 (its flags are in memory, out of a filter's reach; libc falls back to clone)
+    41: errno.EACCES,  # socket
+    101: errno.EPERM,  # ptrace
+    310: errno.EPERM,  # process_vm_readv
+    311: errno.EPERM,  # process_vm_writev
+    312: errno.EPERM,  # kcmp
+    424: errno.EPERM,  # pidfd_send_signal
+    438: errno.EPERM,  # pidfd_getfd
+    272: errno.EPERM,  # unshare
+    308: errno.EPERM,  # setns
+    165: errno.EPERM,  # mount
+    425: errno.EPERM,  # io_uring_setup (its operations bypass seccomp)
+    321: errno.EPERM,  # bpf
+    298: errno.EPERM,  # perf_event_open
+    323: errno.EPERM,  # userfaultfd
+    248: errno.EPERM,  # add_key
+    249: errno.EPERM,  # request_key
+    250: errno.EPERM,  # keyctl
+}
+PRCTL, PR_SET_PDEATHSIG = 157, 1  # a program may not undo dying with the harness
+SELF_ONLY = (62, 200, 234, 129, 297)  # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo: arg 0 must be us
+CLONE = 56
+CLONE_THREAD = 0x00010000
+
+
+def _bpf(code: int, jt: int, jf: int, k: int) -> tuple:
+    return (code, jt, jf, k & 0xFFFFFFFF)
+
+
+def seccomp_filter(pid: int) -> list[tuple]:
+    """The filter's instructions for a process ``pid``: the rules above, every other call allowed."""
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+
+    def refuse(e: int) -> int:
+        return 0x00050000 | e
+
+    prog = [_bpf(ld, 0, 0, 4), _bpf(jeq, 1, 0, AUDIT_ARCH_X86_64), _bpf(ret, 0, 0, kill), _bpf(ld, 0, 0, 0)]
+    prog += [_bpf(jge, 0, 1, 0x40000000), _bpf(ret, 0, 0, refuse(errno.EPERM))]  # the x32 ABI
+    for nr, e in DENY.items():
+        prog += [_bpf(jeq, 0, 1, nr), _bpf(ret, 0, 0, refuse(e))]
+    for nr in SELF_ONLY:
+        prog += [_bpf(jeq, 0, 4, nr), _bpf(ld, 0, 0, 16), _bpf(jeq, 0, 1, pid), _bpf(ret, 0, 0, allow),
+                 _bpf(ret, 0, 0, refuse(errno.EPERM))]  # fmt: skip
+    prog += [_bpf(jeq, 0, 4, PRCTL), _bpf(ld, 0, 0, 16), _bpf(jeq, 0, 1, PR_SET_PDEATHSIG),
+             _bpf(ret, 0, 0, refuse(errno.EPERM)), _bpf(ret, 0, 0, allow)]  # fmt: skip
+    prog += [_bpf(jeq, 0, 4, CLONE), _bpf(ld, 0, 0, 16), _bpf(jset, 0, 1, CLONE_THREAD), _bpf(ret, 0, 0, allow),
+             _bpf(ret, 0, 0, refuse(errno.EPERM))]  # fmt: skip
+    return [*prog, _bpf(ret, 0, 0, allow)]
+
+
+def install_seccomp() -> None:
+    """Load the filter into this process (after no_new_privs); raises OSError where it cannot."""
+    if platform.machine() != "x86_64":
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {platform.machine()}")
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    prog = seccomp_filter(os.getpid())
+    array = (SockFilter * len(prog))(*[SockFilter(*i) for i in prog])
+    fprog = SockFprog(len(prog), array)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def seccomp_works() -> bool:
+    """Install the filter in a throwaway child and check that it refuses a fork."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            install_seccomp()
+            try:
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(1)
+            except PermissionError:
+                os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(2)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def drop_root(uid: int) -> None:
+    if os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+def limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
+
+
+def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, use_seccomp: bool, harness: int) -> None:
+    """In the forked child: confine, then run the program once on one test. Never returns."""
+    try:
+        os.setsid()
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != harness:  # the harness died before that took effect
+            os._exit(EXIT_RUNTIME)
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_fd, 1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.closerange(3, 1 << 16)
+        limit(resource.RLIMIT_CORE, 0)
+        limit(resource.RLIMIT_FSIZE, request["output_bytes"])
+        limit(resource.RLIMIT_NOFILE, 64)
+        resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"] + 1))
+        limit(resource.RLIMIT_AS, request["memory_bytes"])
+        if use_seccomp:
+            install_seccomp()
+    except BaseException:  # noqa: BLE001
+        os._exit(EXIT_RUNTIME)
+    sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+    code, value = EXIT_RUNTIME, None
+    try:
+        value = run_program(request, test)
+        code = 0
+    except SystemExit:
+        code = 0 if test["testtype"] == "stdin" else EXIT_RUNTIME  # a functional test needs its value
+    except MemoryError:
+        code = EXIT_MEMORY
+    except BaseException:  # noqa: BLE001
+        code = EXIT_RUNTIME
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        code = EXIT_OUTPUT if e.errno == errno.EFBIG else EXIT_RUNTIME
+    except BaseException:  # noqa: BLE001
+        code = EXIT_RUNTIME
+    if code == 0 and value is not None:  # the functional test's answer replaces whatever was printed
+        try:
+            os.ftruncate(1, 0)
+            os.lseek(1, 0, os.SEEK_SET)
+            data = value.encode("utf-8", "surrogateescape")
+            while data:
+                data = data[os.write(1, data) :]
+        except OSError as e:
+            code = EXIT_OUTPUT if e.errno == errno.EFBIG else EXIT_RUNTIME
+    os._exit(code)  # no atexit handlers or finalizers of the program's run after its answer
+
+
+def run_program(request: dict, test: dict) -> str | None:
+    """Run the program on one test: for a functional test, return its value as JSON."""
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    if test["testtype"] == "stdin":
+        exec(compile(IMPORTS, "<imports>", "exec"), namespace)
+        exec(compile(request["code"], "<program>", "exec"), namespace)
+        return None
+    namespace["__name__"] = "solution"
+    exec(compile(IMPORTS + "\n" + request["code"], "<program>", "exec"), namespace)
+    target = namespace["Solution"]() if "class Solution" in request["code"] else None
+    method = getattr(target, request["fn_name"]) if target is not None else namespace[request["fn_name"]]
+    args = [json.loads(line) for line in test["input"].split("\n")]
+    result = method(*args)
+    if isinstance(result, tuple):  # LiveCodeBench: a tuple counts as the list it holds
+        result = list(result)
+    return json.dumps(result)  # a value that is not plain JSON data (an object equal to everything) fails here
+
+
+def one_test(request: dict, test: dict, workdir: str, use_seccomp: bool) -> dict:
+    stdin = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
+    stdin.write((test["input"] if test["testtype"] == "stdin" else "").encode("utf-8", "surrogateescape"))
+    stdin.seek(0)
+    out = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
+    start = time.monotonic()
+    harness = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(workdir)
+        run_child(request, test, stdin.fileno(), out.fileno(), use_seccomp, harness)
+    stdin.close()
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], request["timeout_s"])
+    timed_out = not ready
+    if timed_out:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.kill(pid, signal.SIGKILL) if _alive(pid) else None
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    seconds = time.monotonic() - start
+    size = os.fstat(out.fileno()).st_size
+    out.seek(0)
+    output = out.read(request["output_bytes"]).decode("utf-8", "surrogateescape")
+    out.close()
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    if timed_out or sig == signal.SIGXCPU:
+        verdict = "timeout"
+    elif code == EXIT_OUTPUT or sig == signal.SIGXFSZ or size >= request["output_bytes"]:
+        verdict = "output_limit"
+    elif code == EXIT_MEMORY:
+        verdict = "memory"
+    elif code != 0:
+        verdict = "runtime_error"
+    else:
+        verdict = "ok"
+    return {"status": verdict, "seconds": seconds, "output": output if verdict == "ok" else ""}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
+
+
+def emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    for name in PRELOAD:
+        __import__(name)
+    exec(compile(IMPORTS, "<imports>", "exec"), {})  # the children's imports, loaded while still readable
+    drop_root(request["uid"])
+    workdir = os.getcwd()
+    use_seccomp = request["seccomp"] == "auto" and seccomp_works()
+    emit({"ready": True, "seccomp": use_seccomp, "uid": os.getuid()})
+    for i, test in enumerate(request["tests"]):
+        emit({"test": i, **one_test(request, test, workdir, use_seccomp)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Where model-written programs run: the host's side of the sandbox (``harness.py`` is the inside).
+
+Two isolation levels, probed once per process:
+
+- ``bubblewrap``: the harness runs under ``bwrap`` in new user, PID, network, IPC, UTS and mount
+  namespaces, as nobody, dying with its parent, with an empty environment. Mounted read-only: /usr (and
+  /lib, /lib64, /bin as the host has them), the interpreter's own prefix and the harness file; a size-bounded
+  tmpfs /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
+- ``limits``: where bubblewrap cannot run (not installed, or user namespaces switched off), the harness runs
+  as a plain process in its own session, with an empty environment, in a fresh private directory, and,
+  started as root, drops to nobody.
+
+At both levels each test runs in a fresh child of the harness with resource limits and (x86-64) a seccomp
+filter: no new processes, sockets, signals to others or tracing. The isolation in force is reported with
+every verdict: ``bubblewrap+seccomp``, ``limits+seccomp``, ``limits`` (config/README.md says what each
+guards against and what it does not).
+
+The host writes the request on the harness's stdin and reads one JSON line per test; whatever comes back
+is untrusted data: parsed with bounds, never executed, compared elsewhere (``code.py``).
+"""
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+HARNESS = Path(__file__).with_name("harness.py")
+LEVELS = ("bubblewrap+seccomp", "limits+seccomp", "limits")
+NOBODY = 65534
+STARTUP_GRACE_S = 10.0  # the sandbox's own start (bwrap, the interpreter, the harness's imports)
+INSTALL_HINT = (
+    "install Debian/Ubuntu's `bubblewrap` (apt-get install bubblewrap; dnf install bubblewrap on RHEL) and "
+    "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+    "kernel.apparmor_restrict_unprivileged_userns=0), or ask the cluster's admins; `pacs check-code` shows "
+    "the level in force"
+)
+
+
+def interpreter() -> str:
+    """The interpreter that runs the harness: the real file behind this one (a venv's is a link), whose
+    standard library is under ``sys.base_prefix``; the venv's packages are not needed inside."""
+    return os.path.realpath(sys.executable)
+
+
+def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
+    python = interpreter()
+    mounts = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            mounts += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            mounts += ["--ro-bind", top, top]
+    prefix = os.path.realpath(sys.base_prefix)
+    if not prefix.startswith("/usr/"):
+        mounts += ["--ro-bind", prefix, prefix]
+    if not python.startswith(("/usr/", prefix + "/")):
+        mounts += ["--ro-bind", python, python]
+    return [
+        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+        "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
+        "--ro-bind", str(HARNESS), "/sandbox/harness.py", "--proc", "/proc", "--dev", "/dev",
+        "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
+        python, "-I", "/sandbox/harness.py",
+    ]  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def probe_bubblewrap() -> str | None:
+    """None when a program can run under bubblewrap here; else why not."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    command = bubblewrap_command(1 << 20)[:-2] + ["-I", "-c", "import os; print(os.getuid())"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, env={})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap failed to start: {e}"
+    if done.returncode != 0 or done.stdout.strip() != str(NOBODY):
+        return f"bwrap failed (exit {done.returncode}): {done.stderr.strip()[:300]}"
+    return None
+
+
+def resolve_isolation(wanted: str) -> str:
+    """``auto`` → bubblewrap where it works, else limits; ``bubblewrap`` → an error where it does not."""
+    if wanted == "limits":
+        return "limits"
+    why = probe_bubblewrap()
+    if why is None:
+        return "bubblewrap"
+    if wanted == "bubblewrap":
+        raise RuntimeError(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, {INSTALL_HINT}")
+    return "limits"
+
+
+class Sandbox:
+    """One program's run: ``with Sandbox(request, level) as box: for record in box.records(deadline): ...``.
+    Leaving the block kills the sandbox whole and removes its directory."""
+
+    def __init__(self, request: dict, level: str, tmpfs_bytes: int):
+        self.level = level
+        self.workdir = None
+        if level == "bubblewrap":
+            command, cwd = bubblewrap_command(tmpfs_bytes), None
+        else:
+            self.workdir = tempfile.mkdtemp(prefix="pacs-code-")
+            if os.getuid() == 0:  # the harness drops to nobody, who must own its only writable place
+                os.chown(self.workdir, NOBODY, NOBODY)
+            command, cwd = [interpreter(), "-I", str(HARNESS)], self.workdir
+        payload = json.dumps({**request, "uid": NOBODY}).encode()
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env={},
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+        self.errors = b""
+        try:
+            self.proc.stdin.write(payload)
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def records(self, deadline: float, max_line_bytes: int) -> Iterator[dict | str]:
+        """The harness's JSON lines as dicts until it ends or ``deadline`` (monotonic) passes; then
+        ``"deadline"``; a line longer than ``max_line_bytes`` gives ``"too_long"``, one that does not parse
+        ``"unreadable"``; the stream stops after any of those strings."""
+        selector = selectors.DefaultSelector()
+        out, err = self.proc.stdout, self.proc.stderr
+        os.set_blocking(out.fileno(), False)
+        os.set_blocking(err.fileno(), False)
+        selector.register(out, selectors.EVENT_READ)
+        selector.register(err, selectors.EVENT_READ)
+        buffer = b""
+        open_streams = 2
+        try:
+            while open_streams:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    yield "deadline"
+                    return
+                for key, _ in selector.select(timeout=left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+                    elif key.fileobj is err:
+                        self.errors = (self.errors + chunk)[:4096]
+                    else:
+                        buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        yield "unreadable"
+                        return
+                    yield record if isinstance(record, dict) else "unreadable"
+                if len(buffer) > max_line_bytes:
+                    yield "too_long"
+                    return
+            if buffer.strip():
+                yield "unreadable"
+        finally:
+            selector.close()
+
+    def close(self) -> None:
+        """Kill the sandbox's session (under bubblewrap the PID namespace dies with it) and reap it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def become_subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux), so that a program's escaped
+    processes stay findable by ``kill_descendants``; for the verifier's own worker processes."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Every live process below ``pid`` (this one by default), from /proc."""
+    root = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def kill_descendants(spare: set[int] = frozenset()) -> int:
+    """SIGKILL every descendant of this process not in ``spare`` until none is left; the number killed."""
+    killed = 0
+    for _ in range(100):
+        left = [p for p in descendants() if p not in spare]
+        if not left:
+            break
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.01)
+    return killed
