@@ -156,6 +156,20 @@ def test_passes(test: CodeTest, output: object) -> bool:
 HARNESS_STATUSES = {"timeout": "timeout", "memory": "memory", "output_limit": "output_limit"}
 
 
+def run_limit_s(tests: int, config: CodeConfig) -> float:
+    """How long a program's tests may run in all: its budget, or each test's limit and a second."""
+    return tests * (config.test_timeout_s + 1.0) if config.budget_s is None else config.budget_s
+
+
+def code_deadline_s(tests: str, config: CodeConfig) -> float:
+    """The longest a verdict can take: the sandbox's start and the run limit (a bad tests JSON: the start)."""
+    try:
+        count = len(json.loads(tests)["tests"])
+    except (ValueError, KeyError, TypeError):
+        count = 0
+    return STARTUP_GRACE_S + run_limit_s(count, config)
+
+
 def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig()) -> CodeVerdict:
     """Run ``program`` on ``tests`` in a fresh sandbox and judge its outputs here."""
     level = resolve_isolation(config.isolation)
@@ -169,7 +183,7 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
         "tests": [{"input": t.input, "testtype": t.testtype} for t in tests.tests],
     }  # fmt: skip
     largest_input = max(len(t.input.encode()) for t in tests.tests)
-    run_limit = total * (timeout + 1.0) if config.budget_s is None else config.budget_s
+    run_limit = run_limit_s(total, config)
     start = time.monotonic()
     status, passed, isolation, detail = "runtime_error", 0, "", ""
     with Sandbox(request, level, (64 << 20) + 2 * (largest_input + output_bytes)) as box:
@@ -208,7 +222,11 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
 
 def score_code(tests: str | CodeTests, response: str, config: CodeConfig = CodeConfig()) -> CodeVerdict:
     """A model's whole answer judged: its code extracted, run and compared (``no_code`` when there is none)."""
-    tests = parse_tests(tests) if isinstance(tests, str) else tests
+    if isinstance(tests, str):
+        try:
+            tests = parse_tests(tests)
+        except ValueError as e:  # a bad row's tests: counted, never a crash of the worker
+            return CodeVerdict("sandbox_error", 0.0, "", 0, 0, 0.0, "", f"bad tests: {e}"[:500])
     program = extract_code(response)
     if program is None:
         return CodeVerdict("no_code", 0.0, "", 0, len(tests.tests), 0.0, "")

@@ -19,13 +19,39 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from multiprocessing.connection import wait
 
+from pacs.verify.code import CODE_STATUSES, CodeConfig, CodeVerdict, code_deadline_s, score_code
+from pacs.verify.sandbox import become_subreaper, kill_descendants, resolve_isolation
 from pacs.verify.scoring import STATUSES, DeadlineExceeded, Verdict, VerifyConfig, score_answer
 
 _READY = "ready"
+TASKS = ("math", "code")  # what a dataset's ``task`` column may say
+TASK_STATUSES = {"math": STATUSES, "code": CODE_STATUSES}
+PASSING = {"math": "correct", "code": "passed"}
 
 
-def _worker_main(conn, config: VerifyConfig) -> None:
+def score_item(task: str, gold: str, answer: str, config: VerifyConfig, code: CodeConfig) -> Verdict | CodeVerdict:
+    """One answer's verdict: math-verify against a gold, or the code verifier against tests."""
+    if task == "code":
+        try:
+            return score_code(gold, answer, code)
+        finally:
+            kill_descendants()  # anything a program left behind (this worker is their reaper)
+    try:
+        return score_answer(gold, answer, config)
+    except DeadlineExceeded:  # the alarm fired just as scoring returned
+        return Verdict("timeout", 0.0, "")
+
+
+def lost_verdict(task: str, status: str, why: str = "") -> Verdict | CodeVerdict:
+    """The verdict of an answer whose worker was killed (``timeout``) or died (``error``)."""
+    if task == "code":
+        return CodeVerdict(status if status == "timeout" else "sandbox_error", 0.0, "", 0, 0, 0.0, "", why)
+    return Verdict(status, 0.0, why)
+
+
+def _worker_main(conn, config: VerifyConfig, code: CodeConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    become_subreaper()  # a program's escaped processes come back here, to be killed
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def receive() -> None:  # drains the pipe at once, so a parent sending the next chunk never waits on scoring
@@ -41,18 +67,15 @@ def _worker_main(conn, config: VerifyConfig) -> None:
     threading.Thread(target=receive, daemon=True).start()
     conn.send(_READY)
     while (chunk := inbox.get()) is not None:  # scoring stays in the main thread: its deadline is SIGALRM
-        for idx, gold, answer in chunk:
-            try:
-                verdict = score_answer(gold, answer, config)
-            except DeadlineExceeded:  # the alarm fired just as scoring returned
-                verdict = Verdict("timeout", 0.0, "")
+        for idx, task, gold, answer in chunk:
+            verdict = score_item(task, gold, answer, config, code)
             conn.send((idx, verdict, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all processes
 
 
 class _Worker:
-    def __init__(self, ctx, config: VerifyConfig):
+    def __init__(self, ctx, config: VerifyConfig, code: CodeConfig):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, config, code), daemon=True)
         self.proc.start()
         child.close()
         self.ready = False
@@ -66,7 +89,8 @@ class _Worker:
 
 
 class VerifierPool:
-    """``with VerifierPool(config, workers=2) as pool: verdicts = pool.score(golds, answers)``."""
+    """``with VerifierPool(config, workers=2) as pool: verdicts = pool.score(golds, answers)``; for code,
+    ``pool.score(tests, responses, task="code")`` with each row's tests JSON as its gold."""
 
     def __init__(
         self,
@@ -74,18 +98,23 @@ class VerifierPool:
         workers: int = 2,
         chunk_size: int = 32,
         hard_timeout_s: float | None = None,
+        code: CodeConfig = CodeConfig(),
     ):
-        """``hard_timeout_s``: when the parent kills a worker stuck on one answer; by default one
-        second after the worker's own deadline (``config.timeout_s``) should have fired."""
+        """``hard_timeout_s``: when the parent kills a worker stuck on one math answer; by default one
+        second after the worker's own deadline (``config.timeout_s``) should have fired. A program's
+        deadline is its sandbox's own, plus that second. ``code.isolation`` is resolved here: a required
+        level that this machine lacks fails now, not at the first program."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.config = config
+        self.code = code
+        self.isolation = resolve_isolation(code.isolation)
         self.chunk_size = chunk_size
         self.hard_deadline_s = hard_timeout_s if hard_timeout_s is not None else config.timeout_s + 1.0
         self._ctx = mp.get_context("forkserver")
         # Workers fork from a server that has math-verify imported already: a replacement is cheap.
         self._ctx.set_forkserver_preload(["pacs.verify.scoring"])
-        self._workers = [_Worker(self._ctx, config) for _ in range(workers)]
+        self._workers = [_Worker(self._ctx, config, code) for _ in range(workers)]
         self.restarts = 0  # workers killed or lost and replaced
         self.unique_scored = 0  # distinct (gold, answer) pairs sent to workers
 
@@ -106,11 +135,13 @@ class VerifierPool:
                 w.kill()
         self._workers = []
 
-    def score(self, golds: Sequence[str], answers: Sequence[str]) -> list[Verdict]:
+    def score(self, golds: Sequence[str], answers: Sequence[str], task: str = "math") -> list[Verdict | CodeVerdict]:
         """One verdict per (gold, answer) pair, in order."""
         if len(golds) != len(answers):
             raise ValueError(f"{len(golds)} golds but {len(answers)} answers")
-        pairs = list(zip(golds, answers, strict=True))
+        if task not in TASKS:
+            raise ValueError(f"task {task!r}: one of {TASKS}")
+        pairs = [(task, g, a) for g, a in zip(golds, answers, strict=True)]
         unique = list(dict.fromkeys(pairs))
         index = {pair: i for i, pair in enumerate(unique)}
         verdicts = self._score_unique(unique)
@@ -120,9 +151,13 @@ class VerifierPool:
     def _replace(self, w: _Worker) -> None:
         w.kill()
         self.restarts += 1
-        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.config)
+        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.config, self.code)
 
-    def _score_unique(self, items: list[tuple[str, str]]) -> list[Verdict]:
+    def _deadline_s(self, item: tuple[str, str, str]) -> float:
+        task, gold, _ = item
+        return code_deadline_s(gold, self.code) + 1.0 if task == "code" else self.hard_deadline_s
+
+    def _score_unique(self, items: list[tuple[str, str, str]]) -> list[Verdict | CodeVerdict]:
         results: list[Verdict | None] = [None] * len(items)
         pending = deque(range(len(items)))
         while pending or any(w.chunk for w in self._workers):
@@ -144,21 +179,22 @@ class VerifierPool:
                         w.started = now
                     w.chunk.extend(ids)
             busy = [w for w in self._workers if w.chunk]
-            next_deadline = min((w.started + self.hard_deadline_s for w in busy), default=now + 1.0)
+            next_deadline = min((w.started + self._deadline_s(items[w.chunk[0]]) for w in busy), default=now + 1.0)
             ready = wait([w.conn for w in self._workers], timeout=max(0.0, next_deadline - now))
             for w in list(self._workers):
                 if w.conn in ready:
-                    while self._receive(w, results, pending) and w.conn.poll():
+                    while self._receive(w, results, pending, items) and w.conn.poll():
                         pass
             now = time.monotonic()
             for w in list(self._workers):
-                if w.chunk and now - w.started > self.hard_deadline_s:
-                    results[w.chunk.popleft()] = Verdict("timeout", 0.0, "")
+                if w.chunk and now - w.started > self._deadline_s(items[w.chunk[0]]):
+                    results[w.chunk[0]] = lost_verdict(items[w.chunk[0]][0], "timeout")
+                    w.chunk.popleft()
                     pending.extendleft(reversed(w.chunk))
                     self._replace(w)
         return results  # type: ignore[return-value]
 
-    def _receive(self, w: _Worker, results: list, pending: deque) -> bool:
+    def _receive(self, w: _Worker, results: list, pending: deque, items: list) -> bool:
         """One message of ``w``; False when ``w`` died (and was replaced)."""
         try:
             msg = w.conn.recv()
@@ -170,7 +206,8 @@ class VerifierPool:
                     "`if __name__ == '__main__':` guard and must be a real file."
                 ) from None
             if w.chunk:
-                results[w.chunk.popleft()] = Verdict("error", 0.0, "verifier worker died")
+                results[w.chunk[0]] = lost_verdict(items[w.chunk[0]][0], "error", "verifier worker died")
+                w.chunk.popleft()
                 pending.extendleft(reversed(w.chunk))
             self._replace(w)
             return False
@@ -185,7 +222,10 @@ class VerifierPool:
         return True
 
 
-def status_counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
-    """Count of each status, every status present (zeros included), for reports."""
+def status_counts(verdicts: Iterable[Verdict | CodeVerdict], task: str = "math") -> dict[str, int]:
+    """Count of each status of ``task``'s verifier, every status present (zeros included), for reports."""
     counts = Counter(v.status for v in verdicts)
-    return {s: counts.get(s, 0) for s in STATUSES}
+    unknown = set(counts) - set(TASK_STATUSES[task])
+    if unknown:
+        raise ValueError(f"statuses {sorted(unknown)} are not {task} verdicts")
+    return {s: counts.get(s, 0) for s in TASK_STATUSES[task]}
