@@ -1,8 +1,10 @@
 """Source rows → one prepared parquet in the schema of ``pacs.data.schema``, with what was done recorded.
 
 Bad rows (no problem, an empty one, a gold that cannot be normalised) are an error naming the file and
-row, or, with ``bad_rows="drop"``, dropped and counted. Every prompt is the problem and the instruction, after
-an optional system message (``system_prompt``). Duplicate problems are always reported, and
+row, or, with ``bad_rows="drop"``, dropped and counted. Every math prompt is the problem and the instruction,
+a code prompt its dataset's own message, after an optional system message (``system_prompt``); the rows'
+golds are written as the source parsed them (a code row's tests JSON untouched). Duplicate problems (equal
+up to whitespace) are always reported, and
 dropped with ``duplicates="drop"``. Then the paper's options: prompts longer than
 ``max_prompt_length`` tokens (with the model's tokenizer and chat template) are dropped, and the rows
 are repeated ``repeat`` times. The report travels inside the parquet file (``prepared_info``).
@@ -15,7 +17,7 @@ from typing import Literal
 
 import pandas as pd
 
-from pacs.data.schema import chat_prompt, prompt_token_ids
+from pacs.data.schema import COLUMNS, TASKS, chat_prompt, prompt_token_ids
 from pacs.data.sources import DatasetSource, RawRow, RowError, iter_rows, load_records
 from pacs.io import parquet_metadata
 
@@ -43,9 +45,13 @@ def problem_key(problem: str) -> str:
 
 
 def prepare_rows(
-    dataset: str, rows: Iterable[RawRow | RowError], options: PrepareOptions, tokenizer=None
+    dataset: str, rows: Iterable[RawRow | RowError], options: PrepareOptions, tokenizer=None, task: str = "math"
 ) -> tuple[pd.DataFrame, dict]:
-    """``(frame, report)``: the prepared rows and the counts of everything dropped or found."""
+    """``(frame, report)``: the prepared rows and the counts of everything dropped or found. ``task`` says
+    what the golds are (``pacs.data.schema``): the rows' golds and problems are written as the source
+    parsed them, the paper's instruction added to math problems only."""
+    if task not in TASKS:
+        raise ValueError(f"{dataset}: unknown task {task!r}; known: {list(TASKS)}")
     if options.max_prompt_length is not None and tokenizer is None:
         raise ValueError("max_prompt_length needs the model's tokenizer")
     kept: list[RawRow] = []
@@ -58,7 +64,7 @@ def prepare_rows(
         if isinstance(r, RowError):
             if options.bad_rows == "error":
                 raise r
-            bad.append({"row": r.row, "reason": r.reason})
+            bad.append({"where": r.where, "row": r.row, "reason": r.reason})
             continue
         first = first_seen.setdefault(problem_key(r.problem), r)
         if first is not r:
@@ -68,12 +74,15 @@ def prepare_rows(
         kept.append(r)
     frame = pd.DataFrame(
         {
-            "prompt": [chat_prompt(r.problem, options.system_prompt) for r in kept],
+            "prompt": [chat_prompt(r.problem, options.system_prompt, task) for r in kept],
             "ground_truth": [r.gold for r in kept],
+            "task": task,
             "data_source": dataset,
             "id": [r.id for r in kept],
         }
     )
+    extra = pd.DataFrame([r.extra for r in kept], index=frame.index)
+    frame = pd.concat([frame, extra], axis=1)
     too_long = 0
     if options.max_prompt_length is not None and len(frame):
         lengths = pd.Series(
@@ -84,9 +93,10 @@ def prepare_rows(
     if frame.empty:
         raise ValueError(f"{dataset}: no rows left of {read} ({len(bad)} bad, {too_long} too long)")
     frame = pd.concat([frame] * options.repeat, ignore_index=True)
-    frame.insert(3, "index", range(len(frame)))
+    frame.insert(COLUMNS.index("index"), "index", range(len(frame)))
     report = {
         "dataset": dataset,
+        "task": task,
         "rows_read": read,
         "rows_written": len(frame),
         "bad_rows": len(bad),

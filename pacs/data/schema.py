@@ -1,11 +1,19 @@
 """The one row schema every prepared dataset has, real benchmark or synthetic task.
 
-- ``prompt``: the chat messages, ``[{"role": "user", "content": problem + " " + INSTRUCTION}]``, after a
-  ``{"role": "system", ...}`` message when the dataset was prepared with a system prompt (PACS v2's)
-- ``ground_truth``: the normalised gold answer, a string math-verify parses
-- ``data_source``: the dataset's name, e.g. ``math500`` or ``toy_addition``
+- ``prompt``: the chat messages, ``[{"role": "user", "content": ...}]``, after a ``{"role": "system", ...}``
+  message when the dataset was prepared with a system prompt (PACS v2's). A math problem's user message is
+  ``problem + " " + INSTRUCTION``; a code problem's is its dataset's own, the problem with its format
+  instruction (LiveCodeBench's, with the starter code for functional problems)
+- ``ground_truth``: for ``task`` "math", the normalised gold answer, a string math-verify parses; for
+  "code", the tests as one JSON string, ``{"tests": [{"input": str, "output": str, "testtype": "stdin" |
+  "functional"}, ...], "fn_name": str | null}`` (``fn_name``: the method a functional problem's tests call;
+  a functional test's input is one JSON value per line, one per argument, its output the JSON result)
+- ``task``: how ``ground_truth`` is read and a response scored, one of ``TASKS``
+- ``data_source``: the dataset's name, e.g. ``math500``, ``livecodebench`` or ``toy_addition``
 - ``index``: the row's position in the prepared file
 - ``id``: the row's id in its source
+
+A dataset may add columns after these (LiveCodeBench: ``contest_date``, ``platform``, ``difficulty``).
 """
 
 from pathlib import Path
@@ -13,12 +21,15 @@ from pathlib import Path
 import pandas as pd
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-COLUMNS = ("prompt", "ground_truth", "data_source", "index", "id")
+COLUMNS = ("prompt", "ground_truth", "task", "data_source", "index", "id")
+TASKS = ("math", "code")  # math: math-verify against the gold; code: the program run on the tests
 
 
-def chat_prompt(problem: str, system_prompt: str | None = None) -> list[dict[str, str]]:
+def chat_prompt(problem: str, system_prompt: str | None = None, task: str = "math") -> list[dict[str, str]]:
+    """The messages of one problem: a math problem gets the paper's instruction, a code problem is its
+    dataset's whole user message already."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
-    return [*system, {"role": "user", "content": f"{problem} {INSTRUCTION}"}]
+    return [*system, {"role": "user", "content": f"{problem} {INSTRUCTION}" if task == "math" else problem}]
 
 
 def read_prepared(path: Path) -> pd.DataFrame:
@@ -29,7 +40,13 @@ def read_prepared(path: Path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} of the prepared schema {list(COLUMNS)}")
+        raise ValueError(
+            f"{path}: missing column(s) {missing} of the prepared schema {list(COLUMNS)}"
+            + ("; a file prepared before the task column: run pacs prepare-data again" if missing == ["task"] else "")
+        )
+    unknown = sorted(set(frame["task"]) - set(TASKS))
+    if unknown:
+        raise ValueError(f"{path}: unknown task(s) {unknown}; known: {list(TASKS)}")
     return frame
 
 

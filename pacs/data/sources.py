@@ -9,7 +9,7 @@ The field names differ between copies of the same benchmark, so each source carr
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -80,6 +80,7 @@ class RawRow:
     problem: str
     gold: str
     id: str
+    extra: dict = field(default_factory=dict)  # the dataset's own columns, written after the schema's
 
 
 class RowError(ValueError):
@@ -87,7 +88,7 @@ class RowError(ValueError):
 
     def __init__(self, where: str, row: int, reason: str):
         super().__init__(f"{where}: row {row}: {reason}")
-        self.row, self.reason = row, reason
+        self.where, self.row, self.reason = where, row, reason
 
 
 def read_records(path: Path) -> list[dict]:
@@ -136,9 +137,9 @@ def load_records(source: DatasetSource, data_dir: Path | None) -> tuple[list[dic
 
 def parse_row(record: dict, row: int, source: DatasetSource, where: str) -> RawRow:
     """One record as (problem, normalised gold, id); a ``RowError`` names the file and row."""
-    for field in (source.problem_field, source.answer_field, source.id_field):
-        if field is not None and field not in record:
-            raise RowError(where, row, f"no field {field!r} (fields: {sorted(record)})")
+    for name in (source.problem_field, source.answer_field, source.id_field):
+        if name is not None and name not in record:
+            raise RowError(where, row, f"no field {name!r} (fields: {sorted(record)})")
     problem = record[source.problem_field]
     if not isinstance(problem, str) or not problem.strip():
         raise RowError(where, row, f"empty or non-text problem {problem!r}")
