@@ -44,6 +44,10 @@ INSTALL_HINT = (
 )
 
 
+class SandboxUnavailable(RuntimeError):
+    """The isolation a config requires cannot be had on this machine."""
+
+
 def interpreter() -> str:
     """The interpreter that runs the harness: the real file behind this one (a venv's is a link), whose
     standard library is under ``sys.base_prefix``; the venv's packages are not needed inside."""
@@ -95,7 +99,7 @@ def resolve_isolation(wanted: str) -> str:
     if why is None:
         return "bubblewrap"
     if wanted == "bubblewrap":
-        raise RuntimeError(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, {INSTALL_HINT}")
+        raise SandboxUnavailable(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, {INSTALL_HINT}")
     return "limits"
 
 
