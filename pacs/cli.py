@@ -206,14 +206,22 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
-TOY_SPLITS = {"toy_train": "train", "toy_heldout": "heldout"}
+TOY_SPLITS = {"toy_train": ("math", "train"), "toy_heldout": ("math", "heldout"),
+              "toy_code_train": ("code", "train"), "toy_code_heldout": ("code", "heldout")}  # fmt: skip
+
+
+def toy_task(task: str):
+    """The toy task's generator: ``(seed, train_size, heldout_size, options, tokenizer) → {split: (frame, report)}``."""
+    from pacs.data.toy import toy_addition
+    from pacs.data.toy_code import toy_code
+
+    return {"math": toy_addition, "code": toy_code}[task]
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
     from pacs.config import read_yaml
     from pacs.data.prepare import PrepareOptions, prepare_source, summary
     from pacs.data.sources import HUB_SOURCES, default_source, with_overrides
-    from pacs.data.toy import toy_addition
 
     options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat,
                              args.system_prompt, json.loads(args.chat_template_kwargs or "{}"))  # fmt: skip
@@ -223,8 +231,8 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     if args.dataset in TOY_SPLITS:
-        splits = toy_addition(args.seed, args.train_size, args.heldout_size, options, tokenizer)
-        frame, report = splits[TOY_SPLITS[args.dataset]]
+        task, split = TOY_SPLITS[args.dataset]
+        frame, report = toy_task(task)(args.seed, args.train_size, args.heldout_size, options, tokenizer)[split]
     else:
         overrides = read_yaml(args.spec) if args.spec else {}
         if args.dataset not in HUB_SOURCES and not overrides:
@@ -240,9 +248,10 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
 
 def cmd_toy_data(args: argparse.Namespace) -> int:
-    from pacs.data.toy import toy_addition
+    from pacs.data.prepare import PrepareOptions
 
-    for split, (frame, report) in toy_addition(args.seed, args.train_size, args.heldout_size).items():
+    splits = toy_task(args.task)(args.seed, args.train_size, args.heldout_size, PrepareOptions())
+    for split, (frame, report) in splits.items():
         atomic_write_parquet(args.out / f"{split}.parquet", frame, report)
         print(f"wrote {args.out / f'{split}.parquet'} ({len(frame)} rows)")
     return 0
@@ -575,8 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
     _toy_arguments(pd_)
     pd_.set_defaults(func=cmd_prepare_data)
 
-    td = verbs.add_parser("toy-data", help="the synthetic addition task: train.parquet and heldout.parquet")
+    td = verbs.add_parser("toy-data", help="a synthetic task's train.parquet and heldout.parquet")
     td.add_argument("--out", type=Path, required=True, help="directory to write the two splits to")
+    td.add_argument("--task", choices=["math", "code"], default="math",
+                    help="math: 'What is a + b?' (toy_addition); code: a program for n * a + b (toy_code)")  # fmt: skip
     _toy_arguments(td)
     td.set_defaults(func=cmd_toy_data)
 
