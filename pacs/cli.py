@@ -208,6 +208,7 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
 
 TOY_SPLITS = {"toy_train": ("math", "train"), "toy_heldout": ("math", "heldout"),
               "toy_code_train": ("code", "train"), "toy_code_heldout": ("code", "heldout")}  # fmt: skip
+LCB_OPTIONS = ("release_version", "start_date", "end_date")  # prepare-data's options for livecodebench only
 
 
 def toy_task(task: str):
@@ -225,6 +226,9 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
     options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat,
                              args.system_prompt, json.loads(args.chat_template_kwargs or "{}"))  # fmt: skip
+    given = [f"--{k.replace('_', '-')}" for k in LCB_OPTIONS if getattr(args, k) is not None]
+    if given and args.dataset != "livecodebench":
+        raise ValueError(f"{', '.join(given)}: for --dataset livecodebench only, not {args.dataset!r}")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -233,6 +237,15 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
     if args.dataset in TOY_SPLITS:
         task, split = TOY_SPLITS[args.dataset]
         frame, report = toy_task(task)(args.seed, args.train_size, args.heldout_size, options, tokenizer)[split]
+    elif args.dataset == "livecodebench":
+        from pacs.data.livecodebench import DateWindow, prepare_livecodebench
+
+        if args.spec:
+            raise ValueError("--spec: livecodebench's fields are fixed; choose with --release-version and dates")
+        window = DateWindow(args.start_date, args.end_date)
+        frame, report = prepare_livecodebench(
+            args.source, args.release_version, window, options, args.data_dir, tokenizer
+        )
     else:
         overrides = read_yaml(args.spec) if args.spec else {}
         if args.dataset not in HUB_SOURCES and not overrides:
@@ -437,6 +450,25 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lcb_release(value: str) -> str:
+    from pacs.data.livecodebench import release_files
+
+    try:
+        release_files(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return value
+
+
+def _iso_date(value: str):
+    import datetime
+
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date YYYY-MM-DD") from e
+
+
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed")
     from pacs.data.toy import HELDOUT_SIZE, TRAIN_SIZE
@@ -567,10 +599,13 @@ def build_parser() -> argparse.ArgumentParser:
     cg.set_defaults(func=cmd_check_golds)
 
     pd_ = verbs.add_parser("prepare-data", help="one dataset (hub, local file or toy task) → one prepared parquet")
-    pd_.add_argument("--dataset", required=True, help=f"built in: {', '.join([*HUB_SOURCES, *TOY_SPLITS])}")
+    pd_.add_argument(
+        "--dataset", required=True, help=f"built in: {', '.join([*HUB_SOURCES, 'livecodebench', *TOY_SPLITS])}"
+    )
     pd_.add_argument("--out", type=Path, required=True, help="parquet file to write")
     pd_.add_argument("--source", choices=["hub", "local"], default="hub", help="built-in source to start from")
-    pd_.add_argument("--data-dir", type=Path, help="local: directory the source file is in (../shared/data)")
+    pd_.add_argument("--data-dir", type=Path, help="local: directory the source file is in (../shared/data); "
+                     "livecodebench: a mirror directory (test.jsonl, ...) or a .jsonl/.parquet file")  # fmt: skip
     pd_.add_argument("--spec", type=Path, help="YAML mapping of source fields to override (config/README.md)")
     pd_.add_argument("--bad-rows", choices=["error", "drop"], default="error", help="drop: skip and count them")
     pd_.add_argument("--duplicates", choices=["keep", "drop"], default="keep", help="reported either way")
@@ -581,6 +616,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "assistant.'); none by default")  # fmt: skip
     pd_.add_argument("--chat-template-kwargs", help="JSON: the chat template's variables when measuring "
                      '--max-prompt-length, e.g. \'{"enable_thinking": true}\'')  # fmt: skip
+    pd_.add_argument("--release-version", type=_lcb_release, help="livecodebench: release_v1 ... release_v6, "
+                     "release_latest (default), vN or vN_vM")  # fmt: skip
+    pd_.add_argument("--start-date", type=_iso_date, help="livecodebench: first contest date kept, YYYY-MM-DD")
+    pd_.add_argument("--end-date", type=_iso_date, help="livecodebench: contest dates before this one, YYYY-MM-DD "
+                     "(excluded: 2024-07-01 to 2025-01-01 is PACS v2's second half of 2024)")  # fmt: skip
     _toy_arguments(pd_)
     pd_.set_defaults(func=cmd_prepare_data)
 
