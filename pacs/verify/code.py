@@ -48,7 +48,7 @@ class CodeConfig:
     memory_mb: int = 2048  # address space of each run
     output_mb: int = 16  # what one run may write (stdout, files)
     isolation: Literal["auto", "bubblewrap", "limits"] = "auto"  # auto: bubblewrap where it works
-    seccomp: bool = True  # the system-call filter inside the sandbox; off only to test the level below it
+    filters: bool = True  # seccomp (and outside bubblewrap Landlock) in each run; off only to test plain limits
 
     def __post_init__(self):
         if self.timeout_profile not in TIMEOUT_PROFILES:
@@ -179,7 +179,7 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
     request = {
         "code": program, "fn_name": tests.fn_name, "timeout_s": timeout, "cpu_s": int(timeout) + 1,
         "memory_bytes": config.memory_mb << 20, "output_bytes": output_bytes,
-        "seccomp": "auto" if config.seccomp else "off",
+        "filters": config.filters,
         "tests": [{"input": t.input, "testtype": t.testtype} for t in tests.tests],
     }  # fmt: skip
     largest_input = max(len(t.input.encode()) for t in tests.tests)
@@ -192,7 +192,8 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
                 if record == "deadline" or not (isinstance(record, dict) and record.get("ready") is True):
                     status, detail = "sandbox_error", f"the sandbox did not start: {record!r}"
                     break
-                isolation = f"{level}+seccomp" if record.get("seccomp") is True else level
+                filters = [f for f in ("seccomp", "landlock") if record.get(f)]
+                isolation = "+".join([level, *filters])
                 continue
             if record == "deadline":
                 status = "timeout"

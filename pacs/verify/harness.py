@@ -1,9 +1,9 @@
 """The code verifier's harness: the one file that runs inside the sandbox (``python -I harness.py``).
 
 It reads one request as JSON on stdin, ``{"code", "fn_name", "tests": [{"input", "testtype"}], "timeout_s",
-"cpu_s", "memory_bytes", "output_bytes", "seccomp", "uid"}``, and runs the program once per test, each time
+"cpu_s", "memory_bytes", "output_bytes", "filters", "read_dirs", "uid"}``, and runs the program once per test, each time
 in a fresh child forked from here (never from the trainer). It writes JSON lines on stdout: first
-``{"ready": ..., "seccomp": ..., "uid": ...}``, then one ``{"test", "status", "seconds", "output"}`` per test,
+``{"ready", "seccomp", "landlock", "uid"}``, then one ``{"test", "status", "seconds", "output"}`` per test,
 where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or ``output_limit`` and output the
 program's stdout (stdin tests) or its return value as JSON (functional tests). It never sees an expected
 output: the host compares, outside. The host stops reading (and kills this sandbox) at the first test
@@ -12,7 +12,9 @@ that does not pass.
 In each child, before the program's first line: a new session, limits on address space, CPU seconds,
 file size (the output's bound), open files and core dumps, and a seccomp filter (x86-64) that refuses
 creating processes (threads are allowed), sockets, signalling any other process, tracing and reading
-other processes, namespaces, io_uring and a few kernel attack surfaces. As root, this harness first
+other processes, namespaces, io_uring and a few kernel attack surfaces. Outside bubblewrap (``read_dirs``
+given), also Landlock where the kernel has it: files readable only beneath ``read_dirs`` and the working
+directory, writable only beneath the working directory. As root, this harness first
 drops to ``uid`` (nobody). Standard library only: the file is mounted alone into the sandbox.
 """
 
@@ -138,6 +140,37 @@ def seccomp_works() -> bool:
     return os.waitpid(pid, 0)[1] == 0
 
 
+LANDLOCK_READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read a file, read a directory
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where there is none."""
+    return max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0)  # landlock_create_ruleset(VERSION)
+
+
+def install_landlock(read_dirs: list[int], write_dir: int, abi: int) -> None:
+    """From here on, this process and its children may read and run only files beneath ``read_dirs`` and
+    ``write_dir`` (``O_PATH`` descriptors, opened before root was dropped), and create, change or remove
+    files only beneath ``write_dir`` (already open files stay open)."""
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = (1 << 13) - 1 | ((1 << 13) if abi >= 2 else 0) | ((1 << 14) if abi >= 3 else 0)
+    ruleset = libc.syscall(444, ctypes.byref(ctypes.c_uint64(handled)), 8, 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    for parent, access in [*((d, LANDLOCK_READ) for d in read_dirs), (write_dir, handled)]:
+        rule = PathBeneath(access, parent)
+        if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+            raise OSError(ctypes.get_errno(), "landlock_add_rule")
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(446, ruleset, 0) != 0:  # no_new_privs, restrict_self
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    os.close(ruleset)
+
+
 def drop_root(uid: int) -> None:
     if os.getuid() == 0:
         os.setgroups([])
@@ -149,7 +182,7 @@ def limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, use_seccomp: bool, harness: int) -> None:
+def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: dict, harness: int) -> None:
     """In the forked child: confine, then run the program once on one test. Never returns."""
     try:
         os.setsid()
@@ -160,13 +193,15 @@ def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, use_seccomp
         os.dup2(out_fd, 1)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
+        if filters["landlock"]:
+            install_landlock(filters["read_fds"], os.open(".", os.O_PATH), filters["landlock"])
         os.closerange(3, 1 << 16)
         limit(resource.RLIMIT_CORE, 0)
         limit(resource.RLIMIT_FSIZE, request["output_bytes"])
         limit(resource.RLIMIT_NOFILE, 64)
         resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"] + 1))
         limit(resource.RLIMIT_AS, request["memory_bytes"])
-        if use_seccomp:
+        if filters["seccomp"]:
             install_seccomp()
     except BaseException:  # noqa: BLE001
         os._exit(EXIT_RUNTIME)
@@ -218,7 +253,7 @@ def run_program(request: dict, test: dict) -> str | None:
     return json.dumps(result)  # a value that is not plain JSON data (an object equal to everything) fails here
 
 
-def one_test(request: dict, test: dict, workdir: str, use_seccomp: bool) -> dict:
+def one_test(request: dict, test: dict, workdir: str, filters: dict) -> dict:
     stdin = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
     stdin.write((test["input"] if test["testtype"] == "stdin" else "").encode("utf-8", "surrogateescape"))
     stdin.seek(0)
@@ -228,7 +263,7 @@ def one_test(request: dict, test: dict, workdir: str, use_seccomp: bool) -> dict
     pid = os.fork()
     if pid == 0:
         os.chdir(workdir)
-        run_child(request, test, stdin.fileno(), out.fileno(), use_seccomp, harness)
+        run_child(request, test, stdin.fileno(), out.fileno(), filters, harness)
     stdin.close()
     pidfd = os.pidfd_open(pid)
     ready, _, _ = select.select([pidfd], [], [], request["timeout_s"])
@@ -279,12 +314,14 @@ def main() -> None:
     for name in PRELOAD:
         __import__(name)
     exec(compile(IMPORTS, "<imports>", "exec"), {})  # the children's imports, loaded while still readable
+    landlock = landlock_abi() if request["filters"] and request["read_dirs"] is not None else 0
+    read_fds = [os.open(d, os.O_PATH) for d in request["read_dirs"]] if landlock else []
     drop_root(request["uid"])
     workdir = os.getcwd()
-    use_seccomp = request["seccomp"] == "auto" and seccomp_works()
-    emit({"ready": True, "seccomp": use_seccomp, "uid": os.getuid()})
+    filters = {"seccomp": request["filters"] and seccomp_works(), "landlock": landlock, "read_fds": read_fds}
+    emit({"ready": True, "seccomp": filters["seccomp"], "landlock": landlock, "uid": os.getuid()})
     for i, test in enumerate(request["tests"]):
-        emit({"test": i, **one_test(request, test, workdir, use_seccomp)})
+        emit({"test": i, **one_test(request, test, workdir, filters)})
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ Two isolation levels, probed once per process:
   started as root, drops to nobody.
 
 At both levels each test runs in a fresh child of the harness with resource limits and (x86-64) a seccomp
-filter: no new processes, sockets, signals to others or tracing. The isolation in force is reported with
-every verdict: ``bubblewrap+seccomp``, ``limits+seccomp``, ``limits`` (config/README.md says what each
-guards against and what it does not).
+filter: no new processes, sockets, signals to others or tracing; at the limits level also Landlock where
+the kernel has it (5.13+): reads only beneath the system's and the interpreter's directories, writes only
+in the private one. The isolation in force is reported with every verdict (``LEVELS``; config/README.md
+says what each guards against and what it does not).
 
 The host writes the request on the harness's stdin and reads one JSON line per test; whatever comes back
 is untrusted data: parsed with bounds, never executed, compared elsewhere (``code.py``).
@@ -33,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 HARNESS = Path(__file__).with_name("harness.py")
-LEVELS = ("bubblewrap+seccomp", "limits+seccomp", "limits")
+LEVELS = ("bubblewrap+seccomp", "limits+seccomp+landlock", "limits+seccomp", "limits")
 NOBODY = 65534
 STARTUP_GRACE_S = 10.0  # the sandbox's own start (bwrap, the interpreter, the harness's imports)
 INSTALL_HINT = (
@@ -52,6 +53,16 @@ def interpreter() -> str:
     """The interpreter that runs the harness: the real file behind this one (a venv's is a link), whose
     standard library is under ``sys.base_prefix``; the venv's packages are not needed inside."""
     return os.path.realpath(sys.executable)
+
+
+def system_dirs() -> list[str]:
+    """What the interpreter needs to run: /usr, the host's /lib and /bin (links into /usr or not), and the
+    interpreter's own prefix and directory where they lie elsewhere (pyenv, conda)."""
+    python = interpreter()
+    prefix = os.path.realpath(sys.base_prefix)
+    tops = [t for t in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32") if os.path.isdir(t)]
+    dirs = ["/usr", *(os.path.realpath(t) for t in tops), prefix, os.path.dirname(python)]
+    return [d for i, d in enumerate(dirs) if not any(d == e or d.startswith(e + "/") for e in dirs[:i])]
 
 
 def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
@@ -99,7 +110,8 @@ def resolve_isolation(wanted: str) -> str:
     if why is None:
         return "bubblewrap"
     if wanted == "bubblewrap":
-        raise SandboxUnavailable(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, {INSTALL_HINT}")
+        raise SandboxUnavailable(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, "
+                                 f"{INSTALL_HINT}")  # fmt: skip
     return "limits"
 
 
@@ -117,7 +129,8 @@ class Sandbox:
             if os.getuid() == 0:  # the harness drops to nobody, who must own its only writable place
                 os.chown(self.workdir, NOBODY, NOBODY)
             command, cwd = [interpreter(), "-I", str(HARNESS)], self.workdir
-        payload = json.dumps({**request, "uid": NOBODY}).encode()
+        read_dirs = None if level == "bubblewrap" else system_dirs()  # Landlock's, outside bubblewrap
+        payload = json.dumps({**request, "uid": NOBODY, "read_dirs": read_dirs}).encode()
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env={},
             start_new_session=True, close_fds=True,
