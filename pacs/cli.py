@@ -16,6 +16,27 @@ def _verify_config(args: argparse.Namespace):
     return VerifyConfig(timeout_s=args.timeout_s)
 
 
+def cmd_check_code(args: argparse.Namespace) -> int:
+    from pacs.verify.code import CodeConfig, CodeVerdict, extract_code, parse_tests, run_program
+    from pacs.verify.sandbox import become_subreaper, kill_descendants
+
+    tests = parse_tests(args.tests.read_text(), str(args.tests))
+    source = args.program or args.response
+    text = source.read_text()
+    program = text if args.program else extract_code(text)
+    config = CodeConfig(timeout_profile=args.timeout_profile, timeout_s=args.timeout, budget_s=args.budget,
+                        memory_mb=args.memory_mb, isolation=args.isolation)  # fmt: skip
+    if program is None:
+        verdict = CodeVerdict("no_code", 0.0, "", 0, len(tests.tests), 0.0, "")
+    else:
+        become_subreaper()
+        verdict = run_program(program, tests, config)
+        kill_descendants()
+    fields = ("status", "passed", "total", "seconds", "isolation", "detail")
+    print(json.dumps({**{k: getattr(verdict, k) for k in fields}, "timeout_s": config.test_timeout_s}))
+    return 0 if verdict.status == "passed" else 1
+
+
 def cmd_bench_verifier(args: argparse.Namespace) -> int:
     from pacs.bench.verifier import run_verifier_bench
 
@@ -33,6 +54,22 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
     for name, row in report["results"].items():
         print(f"{name:32s} {row['answers']:8d} {row['answers_per_s']:10.1f}")
     print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_bench_code(args: argparse.Namespace) -> int:
+    from pacs.bench.code import code_bench_markdown, run_code_bench
+    from pacs.io import atomic_write_text
+    from pacs.verify import CodeConfig
+
+    config = CodeConfig(timeout_s=args.timeout_s)
+    report = run_code_bench(args.programs, args.seed, config, tuple(args.isolation), tuple(args.workers_counts),
+                            args.startup_runs)  # fmt: skip
+    atomic_write_json(args.out, report)
+    markdown = code_bench_markdown(report)
+    atomic_write_text(args.out.with_suffix(".md"), markdown)
+    print(markdown, end="")
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 
@@ -514,6 +551,17 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--rounds", type=int, default=3, help="--real-golds: rounds of new answers (medians reported)")
     bv.add_argument("--out", type=Path, default=Path("results/bench/verifier.json"))
     bv.set_defaults(func=cmd_bench_verifier)
+    bc = what.add_parser("code", help="code verifier programs/s and seconds per verdict, by isolation level")
+    bc.add_argument("--workers-counts", type=int, nargs="+", default=[1, 2], help="pool sizes measured")
+    levels = ["auto", "bubblewrap", "limits"]
+    bc.add_argument("--isolation", nargs="+", default=levels, choices=levels,
+                    help="levels measured; one that cannot run here is reported, with the reason")  # fmt: skip
+    bc.add_argument("--programs", type=int, default=32, help="programs per measurement (pacs.bench.code.MIX's order)")
+    bc.add_argument("--timeout-s", type=float, default=1.0, help="seconds per test (slow programs sleep 0.6 of it)")
+    bc.add_argument("--startup-runs", type=int, default=10, help="trivial programs timed for the start-up's median")
+    bc.add_argument("--seed", type=int, default=0)
+    bc.add_argument("--out", type=Path, default=Path("results/bench/code.json"), help="and a .md beside it")
+    bc.set_defaults(func=cmd_bench_code)
     bt = what.add_parser("train", help="seconds per step and accuracy gain of each algorithm on the tiny model")
     bt.add_argument("--model", type=Path, default=Path("results/tiny/model"), help="from `pacs tiny-model`")
     bt.add_argument("--data", type=Path, default=Path("results/tiny/data"), help="from `pacs toy-data`")
@@ -597,6 +645,23 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--timeout-s", type=float, default=5.0, help="per-answer verifier deadline")
     cg.add_argument("--out", type=Path, default=Path("results/golds/gold_check.csv"))
     cg.set_defaults(func=cmd_check_golds)
+
+    cc = verbs.add_parser(
+        "check-code", help="run one program on its tests in the code verifier's sandbox; the verdict as one JSON line"
+    )
+    source = cc.add_mutually_exclusive_group(required=True)
+    source.add_argument("--program", type=Path, help="a Python program")
+    source.add_argument("--response", type=Path, help="a model's whole answer, its code extracted as evaluation does")
+    cc.add_argument("--tests", type=Path, required=True,
+                    help='{"tests": [{"input", "output", "testtype": "stdin"|"functional"}], "fn_name"}')  # fmt: skip
+    cc.add_argument("--timeout-profile", default="livecodebench", choices=["livecodebench", "glm45"],
+                    help="seconds per test: 6 (LiveCodeBench) or 30 (GLM-4.5's toolkit)")  # fmt: skip
+    cc.add_argument("--timeout", type=float, help="seconds per test, instead of the profile's")
+    cc.add_argument("--budget", type=float, help="seconds for all the tests together")
+    cc.add_argument("--memory-mb", type=int, default=2048, help="address space of each run")
+    cc.add_argument("--isolation", default="auto", choices=["auto", "bubblewrap", "limits"],
+                    help="auto: bubblewrap where it works; bubblewrap: required")  # fmt: skip
+    cc.set_defaults(func=cmd_check_code)
 
     pd_ = verbs.add_parser("prepare-data", help="one dataset (hub, local file or toy task) → one prepared parquet")
     pd_.add_argument(
@@ -711,11 +776,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from pacs.rollout.base import StaleRolloutError
+    from pacs.verify.sandbox import SandboxUnavailable
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, StaleRolloutError) as e:
+    except (FileNotFoundError, ValueError, StaleRolloutError, SandboxUnavailable) as e:
         print(f"pacs {args.verb}: error: {e}", file=sys.stderr)
         return 2
 

@@ -201,6 +201,8 @@ def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: di
         limit(resource.RLIMIT_NOFILE, 64)
         resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"] + 1))
         limit(resource.RLIMIT_AS, request["memory_bytes"])
+        if os.getuid() == request["uid"]:  # nobody's processes are only ours: bound them (a fork bomb, unfiltered)
+            limit(resource.RLIMIT_NPROC, 64)
         if filters["seccomp"]:
             install_seccomp()
     except BaseException:  # noqa: BLE001
@@ -276,6 +278,10 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> dict:
         os.kill(pid, signal.SIGKILL) if _alive(pid) else None
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
+    try:  # whatever it started in its session (where no filter stopped it)
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     seconds = time.monotonic() - start
     size = os.fstat(out.fileno()).st_size
     out.seek(0)
