@@ -187,13 +187,14 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
     start = time.monotonic()
     status, passed, isolation, detail = "runtime_error", 0, "", ""
     with Sandbox(request, level, (64 << 20) + 2 * (largest_input + output_bytes)) as box:
-        for record in box.records(start + STARTUP_GRACE_S + run_limit, 8 * output_bytes + 4096):
+        for record in box.records(8 * output_bytes + 4096):
             if not isolation:  # the harness's first line, written before any program ran
                 if record == "deadline" or not (isinstance(record, dict) and record.get("ready") is True):
                     status, detail = "sandbox_error", f"the sandbox did not start: {record!r}"
                     break
                 filters = [f for f in ("seccomp", "landlock") if record.get(f)]
                 isolation = "+".join([level, *filters])
+                box.deadline = time.monotonic() + run_limit  # the budget counts from here
                 continue
             if record == "deadline":
                 status = "timeout"

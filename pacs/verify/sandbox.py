@@ -136,6 +136,7 @@ class Sandbox:
             start_new_session=True, close_fds=True,
         )  # fmt: skip
         self.errors = b""
+        self.deadline = time.monotonic() + STARTUP_GRACE_S  # until the harness says it is ready
         try:
             self.proc.stdin.write(payload)
             self.proc.stdin.close()
@@ -148,10 +149,10 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def records(self, deadline: float, max_line_bytes: int) -> Iterator[dict | str]:
-        """The harness's JSON lines as dicts until it ends or ``deadline`` (monotonic) passes; then
-        ``"deadline"``; a line longer than ``max_line_bytes`` gives ``"too_long"``, one that does not parse
-        ``"unreadable"``; the stream stops after any of those strings."""
+    def records(self, max_line_bytes: int) -> Iterator[dict | str]:
+        """The harness's JSON lines as dicts until it ends or ``self.deadline`` (monotonic; the reader may
+        move it between lines) passes; then ``"deadline"``; a line longer than ``max_line_bytes`` gives
+        ``"too_long"``, one that does not parse ``"unreadable"``; the stream stops after any of those."""
         selector = selectors.DefaultSelector()
         out, err = self.proc.stdout, self.proc.stderr
         os.set_blocking(out.fileno(), False)
@@ -162,7 +163,7 @@ class Sandbox:
         open_streams = 2
         try:
             while open_streams:
-                left = deadline - time.monotonic()
+                left = self.deadline - time.monotonic()
                 if left <= 0:
                     yield "deadline"
                     return
