@@ -79,7 +79,8 @@ def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
     if not python.startswith(("/usr/", prefix + "/")):
         mounts += ["--ro-bind", python, python]
     return [
-        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+        shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+        "--cap-drop", "ALL",
         "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
         "--ro-bind", str(HARNESS), "/sandbox/harness.py", "--proc", "/proc", "--dev", "/dev",
         "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
