@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pacs.rollout.vllm import VLLMOptions
-from pacs.verify import VerifyConfig
+from pacs.verify import CodeConfig, VerifyConfig
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class EvalConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's own
     prompt_batch_size: int = 64  # hf engine: prompts per generate call
     vllm: VLLMOptions = field(default_factory=VLLMOptions)
-    verifier: VerifyConfig = field(default_factory=VerifyConfig)
+    verifier: VerifyConfig = field(default_factory=VerifyConfig)  # a math dataset's answers
+    code: CodeConfig = field(default_factory=CodeConfig)  # a code dataset's programs: timeouts, limits, isolation
     verifier_workers: int = 2
     bootstrap_resamples: int = 2000  # percentile bootstrap over problems, for the pass@k intervals
     confidence: float = 0.95

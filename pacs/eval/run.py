@@ -4,8 +4,11 @@ The output directory:
 - ``config.yaml``: model, data, engine and the resolved ``EvalConfig``; a resumed evaluation must match it.
 - ``responses/part_NNNNN.parquet``: every sample of chunk NNNNN's problems with its extracted answer,
   score and verifier status, written whole or not at all. ``pd.read_parquet(out / "responses")`` reads
-  them all.
+  them all. A code dataset's rows add ``tests_passed``, ``tests_total``, ``isolation`` and ``verify_s``.
 - ``metrics.json``: pass@k and the rest (``pacs.eval.metrics``), recomputed from responses/ on every run.
+
+The dataset's ``task`` column says how answers are scored: math-verify against the gold (``eval.verifier``),
+or the program run on the row's tests in the sandbox (``eval.code``); one task per evaluated file.
 
 Chunks are generated in order and each is written as soon as it is scored: a killed evaluation, run
 again, generates only the missing chunks; a finished one only recomputes its metrics.
@@ -37,10 +40,26 @@ def resolve_engine(name: str) -> str:
     return ("vllm" if vllm_available() else "hf") if name == "auto" else name
 
 
-def response_frame(problems: pd.DataFrame, completions, verdicts) -> pd.DataFrame:
+def dataset_task(problems: pd.DataFrame, data: Path) -> str:
+    """The one task of an evaluated file (its ``task`` column)."""
+    tasks = sorted(set(problems["task"]))
+    if len(tasks) != 1:
+        raise ValueError(f"{data}: rows of tasks {tasks}; an evaluation scores one task: split the file by task")
+    return tasks[0]
+
+
+def response_frame(problems: pd.DataFrame, completions, verdicts, task: str = "math") -> pd.DataFrame:
     """One row per sample; ``problem`` is the problem's ``index`` in the prepared file."""
     n = len(completions[0]) if completions else 0
     flat = [c for group in completions for c in group]
+    code = {}
+    if task == "code":
+        code = {
+            "tests_passed": [v.passed for v in verdicts],  # in order, before the first that did not pass
+            "tests_total": [v.total for v in verdicts],
+            "isolation": [v.isolation for v in verdicts],  # "" when nothing ran
+            "verify_s": [v.seconds for v in verdicts],  # the sandbox's whole run, its start included
+        }
     return pd.DataFrame(
         {
             "problem": problems["index"].repeat(n).to_numpy(),
@@ -52,6 +71,7 @@ def response_frame(problems: pd.DataFrame, completions, verdicts) -> pd.DataFram
             "extracted": [v.extracted for v in verdicts],
             "status": [v.status for v in verdicts],
             "score": [v.score for v in verdicts],
+            **code,
         }
     )
 
@@ -111,6 +131,7 @@ def evaluate(
     an ``out`` holding an evaluation under another config is emptied first instead of refused."""
     out = Path(out)
     problems = read_prepared(data)
+    task = dataset_task(problems, data)
     if config.limit is not None:
         problems = problems.head(config.limit)
     if problems.empty:
@@ -118,12 +139,13 @@ def evaluate(
     engine_kind = resolve_engine(config.engine)
     model_id = str(Path(model).resolve()) if Path(model).exists() else str(model)
     identity = {"model": model_id, "data": str(Path(data).resolve()), "engine": engine_kind, "eval": to_dict(config)}
+    resumable = RESUMABLE_KEYS + (("eval.code",) if task == "math" else ())  # no math score depends on it
     out.mkdir(parents=True, exist_ok=True)
-    if restart and config_changes(out / "config.yaml", identity, RESUMABLE_KEYS):
+    if restart and config_changes(out / "config.yaml", identity, resumable):
         shutil.rmtree(out / "responses", ignore_errors=True)
         for name in ("metrics.json", "config.yaml"):
             (out / name).unlink(missing_ok=True)
-    pin_config(out / "config.yaml", identity, "an evaluation", ignore=RESUMABLE_KEYS)
+    pin_config(out / "config.yaml", identity, "an evaluation", ignore=resumable)
 
     size = config.chunk_problems
     chunks = [problems.iloc[i : i + size] for i in range(0, len(problems), size)]
@@ -131,7 +153,7 @@ def evaluate(
     log(f"{len(chunks)} chunks of up to {size} problems × {config.n} samples; {len(chunks) - len(todo)} done")
     run_info = {"parts_generated": len(todo), "parts_reused": len(chunks) - len(todo), "engine_start_s": 0.0}
     if todo:
-        run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, log)
+        run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, task, log)
     responses, infos = read_responses(out, [len(c) for c in chunks], config.n)
     metrics = {
         "model": model_id,
@@ -139,7 +161,7 @@ def evaluate(
         "data_source": str(problems["data_source"].iloc[0]),
         "engine": engine_kind,
         "dtype": checkpoint_dtype(model, config.dtype),  # what every sample was generated in
-        **eval_metrics(responses, config.confidence, config.bootstrap_resamples),
+        **eval_metrics(responses, config.confidence, config.bootstrap_resamples, task, config.code),
         "throughput": {**throughput(infos, len(responses)), **run_info},
         "config": to_dict(config),
     }
@@ -148,25 +170,28 @@ def evaluate(
 
 
 def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], out: Path, config: EvalConfig,
-                     engine_kind: str, log: Callable[[str], None]) -> float:  # fmt: skip
+                     engine_kind: str, task: str, log: Callable[[str], None]) -> float:  # fmt: skip
     """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds."""
     tokenizer = load_tokenizer(model)
     prompts = [prompt_token_ids(tokenizer, chunk["prompt"], config.chat_template_kwargs) for chunk in chunks]
-    start = time.perf_counter()
-    engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
-    engine_start_s = time.perf_counter() - start
-    with VerifierPool(config.verifier, workers=config.verifier_workers) as pool, closing(engine):
-        for c in todo:
-            params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
-                                    seed=eval_seed(config.seed, c))  # fmt: skip
-            start = time.perf_counter()
-            completions = engine.generate(prompts[c], params)
-            seconds = time.perf_counter() - start
-            verdicts = score_completions([str(g) for g in chunks[c]["ground_truth"]], completions, pool.score)
-            frame = response_frame(chunks[c], completions, verdicts)
-            info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
-            atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
-            log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
+    # the pool first: a required isolation (eval.code.isolation) that this machine lacks fails before the model loads
+    with VerifierPool(config.verifier, workers=config.verifier_workers, code=config.code) as pool:
+        start = time.perf_counter()
+        engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
+        engine_start_s = time.perf_counter() - start
+        with closing(engine):
+            for c in todo:
+                params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
+                                        seed=eval_seed(config.seed, c))  # fmt: skip
+                start = time.perf_counter()
+                completions = engine.generate(prompts[c], params)
+                seconds = time.perf_counter() - start
+                golds = [str(g) for g in chunks[c]["ground_truth"]]
+                verdicts = score_completions(golds, completions, pool.score, task)
+                frame = response_frame(chunks[c], completions, verdicts, task)
+                info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
+                atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
+                log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
     return engine_start_s
 
 
