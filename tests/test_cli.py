@@ -24,6 +24,46 @@ def test_bench_verifier_writes_a_report(tmp_path, capsys):
     assert not list(out.parent.glob(".*.tmp"))  # atomic write left no temp file
 
 
+def test_bench_code_writes_a_report_and_its_table(tmp_path, capsys):
+    """One program of each kind, one worker, plain limits (every machine has them)."""
+    from pacs.verify import CODE_STATUSES
+
+    out = tmp_path / "bench" / "code.json"
+    args = ["bench", "code", "--programs", "5", "--workers-counts", "1", "--isolation", "limits", "--timeout-s", "0.5"]
+    assert main([*args, "--startup-runs", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["bench"] == "code" and report["test_timeout_s"] == 0.5 and report["code"]["timeout_s"] == 0.5
+    assert report["mix"] == {"correct": 1, "wrong": 1, "runtime_error": 1, "slow": 1, "timeout": 1}
+    level = report["results"]["limits"]
+    assert level["run"] is True and level["resolved"] == "limits" and len(level["startup_runs_s"]) == 3
+    assert 0 < level["startup_s"] < 5
+    row = level["pools"]["1_workers"]
+    assert row["programs"] == 5 and row["programs_per_s"] > 0 and row["seconds_per_verdict"] > 0
+    assert set(row["statuses"]) == set(CODE_STATUSES) and sum(row["statuses"].values()) == 5
+    assert row["as_expected"] == 5 and row["statuses"]["passed"] == 2  # correct and slow pass
+    assert all(k.startswith("limits") for k in row["isolation"]) and sum(row["isolation"].values()) == 5
+    assert row["by_kind"]["timeout"]["statuses"] == {"timeout": 1}
+    assert row["by_kind"]["slow"]["in_tests_s"] >= 3 * 0.3 * 0.9  # three tests each sleeping 0.6 of 0.5 s
+    table = (tmp_path / "bench" / "code.md").read_text()
+    assert "| limits |" in table and table in capsys.readouterr().out
+
+
+def test_bench_code_reports_a_level_that_cannot_run(monkeypatch):
+    from pacs.bench import code
+    from pacs.verify import CodeConfig
+    from pacs.verify.sandbox import SandboxUnavailable
+
+    reason = "code verifier: isolation 'bubblewrap' is required, but bwrap is not installed"
+
+    def missing(wanted: str) -> str:
+        raise SandboxUnavailable(reason)
+
+    monkeypatch.setattr(code, "resolve_isolation", missing)
+    report = code.run_code_bench(4, 0, CodeConfig(timeout_s=0.5), ("bubblewrap",), (1,))
+    assert report["results"] == {"bubblewrap": {"run": False, "reason": reason}}
+    assert f"| bubblewrap | not run: {reason} |" in code.code_bench_markdown(report)
+
+
 def test_check_golds_writes_a_row_per_gold_and_fails_on_a_bad_one(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
