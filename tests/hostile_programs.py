@@ -77,6 +77,43 @@ def programs(port: int, secret_file: str, plant_dir: str, escape_dir: str, secre
         ),  # fmt: skip
         ("early exit", "import sys\nsys.exit(0)\nprint(3)", stdin),
         ("early exit, functional", "class Solution:\n    def f(self, a, b):\n        exit(0)", functional),
+        # each of these prints 3, the expected output, only when its attack worked
+        (
+            "write the harness's memory",
+            "import os\nok = 0\nfor pid in (os.getppid(), 1):\n    try:\n"
+            "        open(f'/proc/{pid}/mem', 'r+b').close()\n        ok = 3\n"
+            "    except OSError:\n        pass\nprint(ok)",
+            stdin,
+        ),  # fmt: skip
+        (
+            "write the harness's pipe to the host",
+            "import os\ntry:\n    open(f'/proc/{os.getppid()}/fd/1', 'wb')"
+            ".write(b'{}')\n    print(3)\nexcept OSError:\n    print(0)",
+            stdin,
+        ),  # fmt: skip
+        (
+            "signal another process through F_SETOWN",
+            "import fcntl, os\nr, w = os.pipe()\ntry:\n"
+            "    fcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\n    print(3)\n"
+            "except OSError:\n    print(0)",
+            stdin,
+        ),  # fmt: skip
+        (
+            "fill memory or disk through files",
+            "import os\nwrote = 0\nfor d in ('/', '/dev/shm', '/sandbox', '.'):\n"
+            "    wrote = 0\n    for i in range(160):\n        try:\n"
+            "            with open(os.path.join(d, f'fill{i}'), 'wb') as f:\n"
+            "                f.write(bytes(1 << 20))\n            wrote += 1\n"
+            "        except OSError:\n            break\n    if wrote > 128:\n        break\n"
+            "print(3 if wrote > 128 else 0)",
+            stdin,
+        ),  # fmt: skip
+        (
+            "a daemon outliving the test",
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        time.sleep(60)\n    os._exit(0)\nprint(0)",
+            stdin,
+        ),  # fmt: skip
     ]
 
 

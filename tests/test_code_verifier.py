@@ -82,3 +82,11 @@ def test_the_pool_judges_programs_in_parallel_and_counts_every_status():
     assert all(v.isolation for v in verdicts[:4])
     with pytest.raises(ValueError, match="not math verdicts"):
         status_counts(verdicts, "math")
+
+
+def test_odd_outputs_are_judged_not_crashed_on():
+    assert not stdout_matches("sNaN", "5")  # a signalling NaN raises in Decimal's comparison
+    assert not stdout_matches("1 " * 1_000_000, "5")  # compared token by token, stopping at the first
+    tests = CodeTests((CodeTest("", "é" * 300_000, "stdin"),), None)  # 600 kB of UTF-8 back through the pipe
+    assert run_program("print('é' * 300_000)", tests, CodeConfig(output_mb=1)).status == "passed"
+    assert run_program("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe')", tests).status == "failed"

@@ -12,11 +12,12 @@ Expected outputs stay in this process: the sandbox (``sandbox.py``) gets the pro
 and the comparison happens here, on the values it sends back.
 """
 
+import itertools
 import json
 import re
 import time
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Literal, NamedTuple
 
 from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, resolve_isolation
@@ -25,6 +26,7 @@ CODE_STATUSES = ("passed", "failed", "timeout", "runtime_error", "memory", "outp
 TIMEOUT_PROFILES = {"livecodebench": 6.0, "glm45": 30.0}  # seconds per test: LiveCodeBench's, GLM-4.5's toolkit's
 TESTTYPES = ("stdin", "functional")
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+_TOKEN = re.compile(r"\S+")
 
 
 class CodeVerdict(NamedTuple):
@@ -116,26 +118,27 @@ def extract_code(response: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def _stripped_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.strip().split("\n")]
-
-
-def _decimals(line: str) -> list[Decimal] | None:
+def _decimals_equal(a: str, b: str) -> bool:
+    """Token by token as decimals, stopping at the first difference (a line of millions of tokens costs no
+    memory); a token that is no number, or NaN, is a difference."""
+    pairs = itertools.zip_longest(_TOKEN.finditer(a), _TOKEN.finditer(b))
     try:
-        return [Decimal(x) for x in line.split()]
-    except (InvalidOperation, ValueError):
-        return None
+        for x, y in pairs:
+            if x is None or y is None or not Decimal(x.group()) == Decimal(y.group()):
+                return False
+    except (DecimalException, ValueError):
+        return False
+    return True
 
 
 def stdout_matches(output: str, expected: str) -> bool:
-    got, want = _stripped_lines(output), _stripped_lines(expected)
-    if len(got) != len(want):
+    """LiveCodeBench's ``grade_stdio``: the stripped lines equal, or as whitespace-separated decimals."""
+    got, want = output.strip(), expected.strip()
+    if got.count("\n") != want.count("\n"):  # before any split of a program's output
         return False
-    for a, b in zip(got, want, strict=True):
-        if a == b:
-            continue
-        da, db = _decimals(a), _decimals(b)
-        if da is None or db is None or da != db:
+    for a, b in zip(got.split("\n"), want.split("\n"), strict=True):
+        a, b = a.strip(), b.strip()
+        if a != b and not _decimals_equal(a, b):
             return False
     return True
 
@@ -172,6 +175,8 @@ def code_deadline_s(tests: str, config: CodeConfig) -> float:
 
 def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig()) -> CodeVerdict:
     """Run ``program`` on ``tests`` in a fresh sandbox and judge its outputs here."""
+    if not tests.tests:
+        raise ValueError("a program needs at least one test")
     level = resolve_isolation(config.isolation)
     total = len(tests.tests)
     timeout = config.test_timeout_s
@@ -187,7 +192,7 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
     start = time.monotonic()
     status, passed, isolation, detail = "runtime_error", 0, "", ""
     with Sandbox(request, level, (64 << 20) + 2 * (largest_input + output_bytes)) as box:
-        for record in box.records(8 * output_bytes + 4096):
+        for record in box.records(output_bytes):
             if not isolation:  # the harness's first line, written before any program ran
                 if record == "deadline" or not (isinstance(record, dict) and record.get("ready") is True):
                     status, detail = "sandbox_error", f"the sandbox did not start: {record!r}"

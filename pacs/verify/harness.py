@@ -3,18 +3,19 @@
 It reads one request as JSON on stdin, ``{"code", "fn_name", "tests": [{"input", "testtype"}], "timeout_s",
 "cpu_s", "memory_bytes", "output_bytes", "filters", "read_dirs", "uid"}``, and runs the program once per test, each time
 in a fresh child forked from here (never from the trainer). It writes JSON lines on stdout: first
-``{"ready", "seccomp", "landlock", "uid"}``, then one ``{"test", "status", "seconds", "output"}`` per test,
-where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or ``output_limit`` and output the
-program's stdout (stdin tests) or its return value as JSON (functional tests). It never sees an expected
-output: the host compares, outside. The host stops reading (and kills this sandbox) at the first test
-that does not pass.
+``{"ready", "seccomp", "landlock", "uid"}``, then one ``{"test", "status", "seconds", "bytes"}`` per test,
+where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or ``output_limit``, followed by
+``bytes`` raw bytes of output: the program's stdout (stdin tests) or its return value as JSON
+(functional). It never sees an expected output: the host compares, outside. The host stops reading (and
+kills this sandbox) at the first test that does not pass.
 
 In each child, before the program's first line: a new session, limits on address space, CPU seconds,
 file size (the output's bound), open files and core dumps, and a seccomp filter (x86-64) that refuses
 creating processes (threads are allowed), sockets, signalling any other process, tracing and reading
 other processes, namespaces, io_uring and a few kernel attack surfaces. Outside bubblewrap (``read_dirs``
 given), also Landlock where the kernel has it: files readable only beneath ``read_dirs`` and the working
-directory, writable only beneath the working directory. As root, this harness first
+directory, none writable, no signal out. The harness makes itself undumpable (a program cannot open its
+memory or its pipe to the host under /proc) and reaps and kills whatever a test left. As root, this harness first
 drops to ``uid`` (nobody). Standard library only: the file is mounted alone into the sandbox.
 """
 
@@ -41,8 +42,11 @@ IMPORTS = (
     "import math\nimport random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
     "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
 )
+# More modules loaded here for the same reason: started as root with an interpreter under /root (pyenv), the
+# limits level's nobody cannot read any module that is not loaded by then (config/README.md)
 PRELOAD = ("array", "cmath", "dataclasses", "decimal", "enum", "fractions", "numbers", "queue", "struct",
-           "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib")  # fmt: skip
+           "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib", "fcntl",
+           "hashlib", "socket", "select", "ast", "glob", "shutil", "sortedcontainers")  # fmt: skip
 
 EXIT_RUNTIME, EXIT_MEMORY, EXIT_OUTPUT = 1, 3, 4  # the child's own exit codes
 
@@ -58,7 +62,10 @@ DENY = {  # syscall: errno
     311: errno.EPERM,  # process_vm_writev
     312: errno.EPERM,  # kcmp
     424: errno.EPERM,  # pidfd_send_signal
+    434: errno.EPERM,  # pidfd_open
     438: errno.EPERM,  # pidfd_getfd
+    440: errno.EPERM,  # process_madvise
+    448: errno.EPERM,  # process_mrelease
     272: errno.EPERM,  # unshare
     308: errno.EPERM,  # setns
     165: errno.EPERM,  # mount
@@ -66,14 +73,37 @@ DENY = {  # syscall: errno
     321: errno.EPERM,  # bpf
     298: errno.EPERM,  # perf_event_open
     323: errno.EPERM,  # userfaultfd
+    319: errno.EPERM,  # memfd_create (memory outside the address-space limit)
     248: errno.EPERM,  # add_key
     249: errno.EPERM,  # request_key
     250: errno.EPERM,  # keyctl
+    141: errno.EPERM,  # setpriority (PRIO_USER reaches every process of the user)
+    251: errno.EPERM,  # ioprio_set
+    142: errno.EPERM,  # sched_setparam
+    144: errno.EPERM,  # sched_setscheduler
+    203: errno.EPERM,  # sched_setaffinity
+    314: errno.EPERM,  # sched_setattr
+    256: errno.EPERM,  # migrate_pages
+    279: errno.EPERM,  # move_pages
 }
-PRCTL, PR_SET_PDEATHSIG = 157, 1  # a program may not undo dying with the harness
-SELF_ONLY = (62, 200, 234, 129, 297)  # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo: arg 0 must be us
-CLONE = 56
+SELF = "self"  # stands for the filtered process's pid
+# (syscall, argument, values): allowed only when the argument is one of the values
+ONLY_IF = [
+    (62, 0, (SELF,)),  # kill
+    (200, 0, (SELF,)),  # tkill
+    (234, 0, (SELF,)),  # tgkill
+    (129, 0, (SELF,)),  # rt_sigqueueinfo
+    (297, 0, (SELF,)),  # rt_tgsigqueueinfo
+    (302, 0, (0, SELF)),  # prlimit64: its own limits only
+    (56, None, None),  # clone: threads only (CLONE_THREAD in its flags), below
+]
+# (syscall, argument, values): refused when the argument is one of the values
+UNLESS = [
+    (157, 0, (1,)),  # prctl(PR_SET_PDEATHSIG): a program may not undo dying with the harness
+    (72, 1, (8, 10, 15)),  # fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX: a signal to another process on I/O
+]
 CLONE_THREAD = 0x00010000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 def _bpf(code: int, jt: int, jf: int, k: int) -> tuple:
@@ -81,7 +111,8 @@ def _bpf(code: int, jt: int, jf: int, k: int) -> tuple:
 
 
 def seccomp_filter(pid: int) -> list[tuple]:
-    """The filter's instructions for a process ``pid``: the rules above, every other call allowed."""
+    """The filter's instructions for a process ``pid``: the rules above, every other call allowed. Each
+    rule is a block that the syscall number jumps over; a block that loads an argument ends in returns."""
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
 
@@ -92,13 +123,16 @@ def seccomp_filter(pid: int) -> list[tuple]:
     prog += [_bpf(jge, 0, 1, 0x40000000), _bpf(ret, 0, 0, refuse(errno.EPERM))]  # the x32 ABI
     for nr, e in DENY.items():
         prog += [_bpf(jeq, 0, 1, nr), _bpf(ret, 0, 0, refuse(e))]
-    for nr in SELF_ONLY:
-        prog += [_bpf(jeq, 0, 4, nr), _bpf(ld, 0, 0, 16), _bpf(jeq, 0, 1, pid), _bpf(ret, 0, 0, allow),
-                 _bpf(ret, 0, 0, refuse(errno.EPERM))]  # fmt: skip
-    prog += [_bpf(jeq, 0, 4, PRCTL), _bpf(ld, 0, 0, 16), _bpf(jeq, 0, 1, PR_SET_PDEATHSIG),
-             _bpf(ret, 0, 0, refuse(errno.EPERM)), _bpf(ret, 0, 0, allow)]  # fmt: skip
-    prog += [_bpf(jeq, 0, 4, CLONE), _bpf(ld, 0, 0, 16), _bpf(jset, 0, 1, CLONE_THREAD), _bpf(ret, 0, 0, allow),
-             _bpf(ret, 0, 0, refuse(errno.EPERM))]  # fmt: skip
+    for rules, hit, miss in ((ONLY_IF, allow, refuse(errno.EPERM)), (UNLESS, refuse(errno.EPERM), allow)):
+        for nr, arg, values in rules:
+            if arg is None:  # clone: a thread, or nothing
+                block = [_bpf(ld, 0, 0, 16), _bpf(jset, 1, 0, CLONE_THREAD)]
+            else:
+                block = [_bpf(ld, 0, 0, 16 + 8 * arg)]
+                for i, v in enumerate(values):
+                    block.append(_bpf(jeq, len(values) - i, 0, pid if v == SELF else v))
+            block += [_bpf(ret, 0, 0, miss), _bpf(ret, 0, 0, hit)]
+            prog += [_bpf(jeq, 0, len(block), nr), *block]
     return [*prog, _bpf(ret, 0, 0, allow)]
 
 
@@ -148,10 +182,11 @@ def landlock_abi() -> int:
     return max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0)  # landlock_create_ruleset(VERSION)
 
 
-def install_landlock(read_dirs: list[int], write_dir: int, abi: int) -> None:
-    """From here on, this process and its children may read and run only files beneath ``read_dirs`` and
-    ``write_dir`` (``O_PATH`` descriptors, opened before root was dropped), and create, change or remove
-    files only beneath ``write_dir`` (already open files stay open)."""
+def install_landlock(read_dirs: list[int], workdir: int, abi: int) -> None:
+    """From here on, this process may read and run only files beneath ``read_dirs`` and ``workdir``
+    (``O_PATH`` descriptors, opened before root was dropped), create, change or remove none (its stdin
+    and stdout stay open: LiveCodeBench's harness lets a program open no file either), and, from ABI 6,
+    signal no process outside its domain."""
 
     class PathBeneath(ctypes.Structure):
         _pack_ = 1
@@ -159,10 +194,12 @@ def install_landlock(read_dirs: list[int], write_dir: int, abi: int) -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     handled = (1 << 13) - 1 | ((1 << 13) if abi >= 2 else 0) | ((1 << 14) if abi >= 3 else 0)
-    ruleset = libc.syscall(444, ctypes.byref(ctypes.c_uint64(handled)), 8, 0)
+    # ABI 6: no signal to, and no abstract socket of, a process outside this domain
+    attr = (ctypes.c_uint64 * 3)(handled, 0, 0b11 if abi >= 6 else 0)
+    ruleset = libc.syscall(444, attr, 24 if abi >= 6 else 8, 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    for parent, access in [*((d, LANDLOCK_READ) for d in read_dirs), (write_dir, handled)]:
+    for parent, access in [*((d, LANDLOCK_READ) for d in read_dirs), (workdir, LANDLOCK_READ)]:
         rule = PathBeneath(access, parent)
         if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
             raise OSError(ctypes.get_errno(), "landlock_add_rule")
@@ -255,7 +292,7 @@ def run_program(request: dict, test: dict) -> str | None:
     return json.dumps(result)  # a value that is not plain JSON data (an object equal to everything) fails here
 
 
-def one_test(request: dict, test: dict, workdir: str, filters: dict) -> dict:
+def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[dict, bytes]:
     stdin = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
     stdin.write((test["input"] if test["testtype"] == "stdin" else "").encode("utf-8", "surrogateescape"))
     stdin.seek(0)
@@ -271,21 +308,18 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> dict:
     ready, _, _ = select.select([pidfd], [], [], request["timeout_s"])
     timed_out = not ready
     if timed_out:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.kill(pid, signal.SIGKILL) if _alive(pid) else None
+        os.kill(pid, signal.SIGKILL)  # still ours to reap, so the pid cannot be another's
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    try:  # whatever it started in its session (where no filter stopped it)
+    try:  # its session's group, then (as their subreaper) whatever left the group
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    kill_leftovers()
     seconds = time.monotonic() - start
     size = os.fstat(out.fileno()).st_size
     out.seek(0)
-    output = out.read(request["output_bytes"]).decode("utf-8", "surrogateescape")
+    output = out.read(request["output_bytes"])
     out.close()
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
@@ -299,26 +333,54 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> dict:
         verdict = "runtime_error"
     else:
         verdict = "ok"
-    return {"status": verdict, "seconds": seconds, "output": output if verdict == "ok" else ""}
+    return {"status": verdict, "seconds": seconds}, output if verdict == "ok" else b""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return False
+def kill_leftovers() -> None:
+    """Kill and reap every process a test left (where no filter stopped it from starting one): as the
+    subreaper, this harness inherits them all, daemons included."""
+    me = str(os.getpid())
+    for _ in range(100):
+        left = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if entry.isdigit() and f.read().rsplit(")", 1)[1].split()[1] == me:
+                        left.append(int(entry))
+            except (OSError, IndexError):
+                continue
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if not left:
+            return
+        time.sleep(0.005)  # their own children are handed to us as they die
 
 
-def emit(record: dict) -> None:
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+def emit(record: dict, payload: bytes = b"") -> None:
+    sys.stdout.buffer.write(json.dumps({**record, "bytes": len(payload)}).encode() + b"\n" + payload)
+    sys.stdout.buffer.flush()
 
 
 def main() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the verifier
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the verifier
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<this>/mem and fd/ closed to the programs (same uid)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a test's escaped daemons come back here, to be killed
     request = json.loads(sys.stdin.read())
     for name in PRELOAD:
-        __import__(name)
+        try:
+            __import__(name)
+        except ImportError:  # not installed (sortedcontainers, which some LeetCode programs import)
+            pass
     exec(compile(IMPORTS, "<imports>", "exec"), {})  # the children's imports, loaded while still readable
     landlock = landlock_abi() if request["filters"] and request["read_dirs"] is not None else 0
     read_fds = [os.open(d, os.O_PATH) for d in request["read_dirs"]] if landlock else []
@@ -327,7 +389,8 @@ def main() -> None:
     filters = {"seccomp": request["filters"] and seccomp_works(), "landlock": landlock, "read_fds": read_fds}
     emit({"ready": True, "seccomp": filters["seccomp"], "landlock": landlock, "uid": os.getuid()})
     for i, test in enumerate(request["tests"]):
-        emit({"test": i, **one_test(request, test, workdir, filters)})
+        record, output = one_test(request, test, workdir, filters)
+        emit({"test": i, **record}, output)
 
 
 if __name__ == "__main__":

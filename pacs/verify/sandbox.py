@@ -79,11 +79,12 @@ def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
     if not python.startswith(("/usr/", prefix + "/")):
         mounts += ["--ro-bind", python, python]
     return [
-        shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-        "--cap-drop", "ALL",
+        shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent",
+        "--new-session", "--clearenv", "--cap-drop", "ALL",
         "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
         "--ro-bind", str(HARNESS), "/sandbox/harness.py", "--proc", "/proc", "--dev", "/dev",
-        "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
+        "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(1 << 20), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev", "--remount-ro", "/", "--disable-userns", "--as-pid-1", "--chdir", "/tmp",
         python, "-I", "/sandbox/harness.py",
     ]  # fmt: skip
 
@@ -103,8 +104,16 @@ def probe_bubblewrap() -> str | None:
     return None
 
 
+def landlock_abi() -> int:
+    """This kernel's Landlock ABI version, 0 where it has none."""
+    import ctypes
+
+    return max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0)
+
+
 def resolve_isolation(wanted: str) -> str:
-    """``auto`` → bubblewrap where it works, else limits; ``bubblewrap`` → an error where it does not."""
+    """``auto`` → bubblewrap where it works, else limits where they hold (as root, which drops to nobody,
+    or with Landlock); ``bubblewrap`` → an error where it does not work; ``limits`` → limits, however weak."""
     if wanted == "limits":
         return "limits"
     why = probe_bubblewrap()
@@ -113,6 +122,12 @@ def resolve_isolation(wanted: str) -> str:
     if wanted == "bubblewrap":
         raise SandboxUnavailable(f"code verifier: isolation 'bubblewrap' is required, but {why}. To get it, "
                                  f"{INSTALL_HINT}")  # fmt: skip
+    if os.getuid() != 0 and landlock_abi() == 0:
+        raise SandboxUnavailable(
+            f"code verifier: {why}, and without Landlock a program run as this user could read and write this "
+            f"user's files and the verifier's memory (/proc). {INSTALL_HINT}; or set code.isolation: limits to "
+            "accept that level (config/README.md, 'Code verifier')"
+        )
     return "limits"
 
 
@@ -132,17 +147,24 @@ class Sandbox:
             command, cwd = [interpreter(), "-I", str(HARNESS)], self.workdir
         read_dirs = None if level == "bubblewrap" else system_dirs()  # Landlock's, outside bubblewrap
         payload = json.dumps({**request, "uid": NOBODY, "read_dirs": read_dirs}).encode()
-        self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env={},
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
         self.errors = b""
         self.deadline = time.monotonic() + STARTUP_GRACE_S  # until the harness says it is ready
         try:
-            self.proc.stdin.write(payload)
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env={},
+                start_new_session=True, close_fds=True,
+            )  # fmt: skip
+        except BaseException:
+            self._remove_workdir()
+            raise
+        try:
+            self.proc.stdin.write(payload)  # the harness reads it whole before anything else
             self.proc.stdin.close()
         except BrokenPipeError:
             pass
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -150,26 +172,57 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def records(self, max_line_bytes: int) -> Iterator[dict | str]:
-        """The harness's JSON lines as dicts until it ends or ``self.deadline`` (monotonic; the reader may
-        move it between lines) passes; then ``"deadline"``; a line longer than ``max_line_bytes`` gives
-        ``"too_long"``, one that does not parse ``"unreadable"``; the stream stops after any of those."""
+    def records(self, max_output_bytes: int) -> Iterator[dict | str]:
+        """The harness's records as dicts, each with its ``output`` (str) read from the bytes after its JSON
+        line, until the harness ends or ``self.deadline`` (monotonic; the reader may move it between
+        records) passes; then ``"deadline"``; more than ``max_output_bytes`` (or an endless line) gives
+        ``"too_long"``, a record that does not parse ``"unreadable"``; the stream stops after any of those."""
         selector = selectors.DefaultSelector()
         out, err = self.proc.stdout, self.proc.stderr
         os.set_blocking(out.fileno(), False)
         os.set_blocking(err.fileno(), False)
         selector.register(out, selectors.EVENT_READ)
         selector.register(err, selectors.EVENT_READ)
-        buffer = b""
+        buffer, start, header = bytearray(), 0, None  # start: where the next unread byte is
         open_streams = 2
         try:
-            while open_streams:
+            while True:
+                while True:  # every complete record in the buffer
+                    if header is None:
+                        end = buffer.find(b"\n", start)
+                        if end < 0:
+                            if len(buffer) - start > 4096:
+                                yield "too_long"
+                                return
+                            break
+                        try:
+                            header = json.loads(bytes(buffer[start:end]))
+                            size = int(header.get("bytes", 0))
+                        except (ValueError, TypeError, AttributeError, RecursionError):
+                            yield "unreadable"
+                            return
+                        if size > max_output_bytes or size < 0:
+                            yield "too_long"
+                            return
+                        start = end + 1
+                    if len(buffer) - start < size:
+                        break
+                    output = bytes(buffer[start : start + size]).decode("utf-8", "surrogateescape")
+                    start += size
+                    yield {**header, "output": output}
+                    header = None
+                del buffer[:start]
+                start = 0
+                if not open_streams:
+                    if buffer or header is not None:
+                        yield "unreadable"
+                    return
                 left = self.deadline - time.monotonic()
                 if left <= 0:
                     yield "deadline"
                     return
                 for key, _ in selector.select(timeout=left):
-                    chunk = os.read(key.fd, 1 << 16)
+                    chunk = os.read(key.fd, 1 << 20)
                     if not chunk:
                         selector.unregister(key.fileobj)
                         open_streams -= 1
@@ -177,19 +230,6 @@ class Sandbox:
                         self.errors = (self.errors + chunk)[:4096]
                     else:
                         buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        yield "unreadable"
-                        return
-                    yield record if isinstance(record, dict) else "unreadable"
-                if len(buffer) > max_line_bytes:
-                    yield "too_long"
-                    return
-            if buffer.strip():
-                yield "unreadable"
         finally:
             selector.close()
 
@@ -203,6 +243,9 @@ class Sandbox:
         self.proc.wait()
         for stream in (self.proc.stdout, self.proc.stderr):
             stream.close()
+        self._remove_workdir()
+
+    def _remove_workdir(self) -> None:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
