@@ -323,20 +323,22 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
         raise ValueError("tiny-model: give --data DIR, or both --train and --heldout")
     train = read_prepared(args.train or args.data / "train.parquet")
     heldout = read_prepared(args.heldout or args.data / "heldout.parquet")
-    with VerifierPool(VerifyConfig(), workers=1) as pool:
-        model, tokenizer, history = build_tiny_model(train, heldout, pool.score, config)
+    with VerifierPool(VerifyConfig(), workers=args.threads) as pool:  # checks run while training waits
+        model, tokenizer, history, config = build_tiny_model(train, heldout, pool.score, config)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=args.out.parent, prefix=f".{args.out.name}."))
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    atomic_write_json(staging / "warm_start.json", {"config": vars(config), "heldout_greedy_accuracy": history})
+    record = {"task": heldout["task"].iloc[0], "config": vars(config), "heldout_accuracy": history}
+    atomic_write_json(staging / "warm_start.json", record)
     if args.out.exists():
         shutil.rmtree(args.out)
     staging.rename(args.out)
     step, accuracy = history[-1]
+    how = f"sampled at temperature {config.check_temperature}" if config.check_temperature else "greedy"
     params = sum(p.numel() for p in model.parameters())
     print(
-        f"wrote {args.out}: {params} parameters, held-out greedy accuracy {accuracy:.3f} after {step} warm-start steps"
+        f"wrote {args.out}: {params} parameters, held-out accuracy {accuracy:.3f} ({how}) after {step} warm-start steps"
     )
     return 0
 
@@ -696,14 +698,15 @@ def build_parser() -> argparse.ArgumentParser:
     _toy_arguments(td)
     td.set_defaults(func=cmd_toy_data)
 
-    tm = verbs.add_parser("tiny-model", help="a tiny Qwen2 with an offline tokenizer, warm-started on the toy task")
+    tm = verbs.add_parser("tiny-model", help="a tiny Qwen2 with an offline tokenizer, warm-started on a toy task "
+                          "(the data's: addition or code)")  # fmt: skip
     tm.add_argument("--data", type=Path, help="directory written by `pacs toy-data` (train.parquet, heldout.parquet)")
     tm.add_argument("--train", type=Path, help="prepared toy training file, instead of --data")
     tm.add_argument("--heldout", type=Path, help="prepared toy held-out file, instead of --data")
     tm.add_argument("--out", type=Path, required=True, help="HF model directory to write")
     tm.add_argument("--seed", type=int, default=0)
     tm.add_argument("--target-accuracy", type=float, default=0.3, help="warm start stops at this held-out accuracy")
-    tm.add_argument("--threads", type=int, default=2)
+    tm.add_argument("--threads", type=int, default=2, help="torch's threads, and verifier processes for the checks")
     tm.set_defaults(func=cmd_tiny_model)
 
     ev = verbs.add_parser("evaluate", help="N samples per problem from a model on one prepared benchmark; pass@k")

@@ -67,6 +67,27 @@ def tiny_model(toy_data, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def toy_code_data(tmp_path_factory) -> Path:
+    """The toy code task's train.parquet and heldout.parquet, as `pacs toy-data --task code` writes them."""
+    from pacs.cli import main
+
+    out = tmp_path_factory.mktemp("toy_code")
+    assert main(["toy-data", "--task", "code", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_code_model(toy_code_data, tmp_path_factory) -> Path:
+    """A tiny Qwen2 warm-started on the toy code task, its held-out programs checked in the sandbox (about 40 s
+    on 2 cores)."""
+    from pacs.cli import main
+
+    out = tmp_path_factory.mktemp("tiny_code") / "model"
+    assert main(["tiny-model", "--data", str(toy_code_data), "--out", str(out)]) == 0
+    return out
+
+
 def write_run_config(path: Path, model: Path, data_dir: Path, **sections) -> Path:
     """The toy-task run of `pacs bench train`, made small (6 steps of 16 prompts, a checkpoint every 2,
     no evaluation); ``sections`` override keys of a section (``algorithm`` as a whole)."""

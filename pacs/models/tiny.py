@@ -1,13 +1,15 @@
-"""A tiny Qwen2 with a tokenizer trained offline, warm-started on the toy task.
+"""A tiny Qwen2 with a tokenizer trained offline, warm-started on a toy task: addition (math) or code.
 
 RL needs headroom: from a random model every sampled reward is 0, from a converged one every
 reward is 1, and either way the group scores vanish. ``warm_start`` trains on reference answers
-only until held-out greedy accuracy first reaches ``target_accuracy``.
+only until held-out accuracy first reaches ``target_accuracy``, scored by the verifier of the data's
+task (code: its programs run in the sandbox on the tests): greedy for addition; for code, sampled as
+rollouts are (``TASK_DEFAULTS`` says why).
 """
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -15,8 +17,10 @@ from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2T
 
 from pacs.data.schema import prompt_texts, prompt_token_ids
 from pacs.data.toy import toy_solution
-from pacs.eval.greedy import ScoreFn, greedy_accuracy
+from pacs.data.toy_code import toy_code_solution
+from pacs.eval.greedy import ScoreFn, score_completions
 from pacs.models.shapes import SHAPES
+from pacs.rollout import SamplingParams
 from pacs.rollout.hf import HFEngine
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -46,9 +50,29 @@ class TinyModelConfig:
     warm_start_lr: float = 1e-3
     warm_start_batch: int = 64
     warm_start_max_steps: int = 2000
-    eval_every: int = 25  # warm start checks held-out greedy accuracy this often
+    # warm start checks held-out accuracy at step 0 and this often (0: never again); null: the task's
+    eval_every: int | None = None
     target_accuracy: float = 0.3  # and stops at the first check at or above it
-    max_new_tokens: int = 16
+    # how the check answers: 0 greedy; above 0, one answer per problem sampled at this temperature (seeded);
+    # null: the task's
+    check_temperature: float | None = None
+    # also check at a step whose batch the model reproduces, teacher-forced, with a chance of at least
+    # target_accuracy (``reproduced_fraction``); null: the task's
+    check_on_match: bool | None = None
+    # tokens per held-out answer; null: twice the longest reference answer's (and its end), at least 16
+    # (addition: 16; code: 54)
+    max_new_tokens: int | None = None
+
+
+# What a task leaves null. Addition: the schedule its model was measured with (tests/test_learning.py). Code:
+# greedy accuracy jumps from 0 to 1 within a few dozen steps (an answer copies two numbers once an induction
+# head has formed) while answers sampled at temperature 1, as rollouts are, pass 1 in 10 (a 25-token program
+# through a 512-token vocabulary's tail); the check samples as RL does, and since it runs every held-out
+# program in the sandbox, it comes when a batch is reproduced, not on a schedule
+TASK_DEFAULTS = {
+    "math": {"eval_every": 25, "check_temperature": 0.0, "check_on_match": False},
+    "code": {"eval_every": 0, "check_temperature": 1.0, "check_on_match": True},
+}
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Qwen2Tokenizer:
@@ -127,43 +151,100 @@ def _sft_batch(tokenizer, prompts: list[str], solutions: list[str]) -> dict[str,
     }
 
 
+def reproduced_fraction(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> float:
+    """The chance that decoding reproduces a row's labelled answer, averaged over rows: greedy (temperature 0),
+    1 if every labelled token is the argmax of the logits before it, else 0; sampled, the product of the
+    labelled tokens' probabilities at ``temperature``."""
+    with torch.no_grad():
+        logits, labels = logits[:, :-1], labels[:, 1:]
+        mask, target = labels != -100, labels.clamp(min=0)  # (B, T - 1)
+        if temperature == 0:
+            return float(((logits.argmax(-1) == target) | ~mask).all(-1).float().mean())
+        logprobs = torch.log_softmax(logits.float() / temperature, -1).gather(-1, target[..., None])[..., 0]
+        return float(torch.exp((logprobs * mask).sum(-1)).mean())
+
+
+def heldout_accuracy(engine, prompts: list[list[int]], golds, score: ScoreFn, task: str,
+                     config: TinyModelConfig) -> float:  # fmt: skip
+    """One answer per held-out problem, greedy or sampled at ``config.check_temperature`` (seeded): the fraction
+    that the task's verifier accepts."""
+    params = SamplingParams(n=1, temperature=config.check_temperature, max_tokens=config.max_new_tokens,
+                            seed=config.seed)  # fmt: skip
+    verdicts = score_completions(golds, engine.generate(prompts, params), score, task)
+    return sum(v.score for v in verdicts) / max(len(verdicts), 1)
+
+
 def warm_start(model, tokenizer, train, heldout, solutions: list[str], score: ScoreFn, config: TinyModelConfig) -> list:
-    """Supervised steps on (train prompt, solution) until held-out greedy accuracy >= target.
+    """Supervised steps on (train prompt, solution) until held-out accuracy >= target, scored by the verifier
+    of the held-out data's task; ``config`` resolved (``resolve_config``).
 
     Returns the accuracy history ``[(step, accuracy), ...]``; raises if the target is not reached.
     """
     texts = prompt_texts(tokenizer, train["prompt"])
     engine = HFEngine(model, tokenizer, eos_token_ids(tokenizer), prompt_batch_size=256)
-    heldout_ids = prompt_token_ids(tokenizer, heldout["prompt"])
+    heldout_ids, task = prompt_token_ids(tokenizer, heldout["prompt"]), frame_task(heldout, "held-out data")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warm_start_lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     history = []
     model.train()
     for step in range(config.warm_start_max_steps + 1):
-        if step % config.eval_every == 0:
-            acc = greedy_accuracy(engine, heldout_ids, heldout["ground_truth"], score, config.max_new_tokens)
-            history.append((step, acc["accuracy"]))
-            if acc["accuracy"] >= config.target_accuracy:
-                return history
         rows = torch.randint(len(texts), (config.warm_start_batch,), generator=generator).tolist()
         batch = _sft_batch(tokenizer, [texts[i] for i in rows], [solutions[i] for i in rows])
-        loss = model(**batch).loss
-        if not math.isfinite(loss.item()):
-            raise RuntimeError(f"warm start diverged at step {step} (loss {loss.item()})")
-        loss.backward()
+        out = model(**batch)
+        if not math.isfinite(out.loss.item()):
+            raise RuntimeError(f"warm start diverged at step {step} (loss {out.loss.item()})")
+        scheduled = step == 0 or (config.eval_every and step % config.eval_every == 0)
+        # the weights that reproduced the batch are the ones checked: near the jump, one update can undo it
+        matched = config.check_on_match and (
+            reproduced_fraction(out.logits, batch["labels"], config.check_temperature) >= config.target_accuracy
+        )
+        if scheduled or matched:
+            accuracy = heldout_accuracy(engine, heldout_ids, heldout["ground_truth"], score, task, config)
+            history.append((step, accuracy))
+            if accuracy >= config.target_accuracy:
+                return history
+        out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     raise RuntimeError(
-        f"warm start: held-out greedy accuracy {history[-1][1]:.2f} after {config.warm_start_max_steps} steps "
+        f"warm start: held-out accuracy {history[-1][1]:.2f} after {config.warm_start_max_steps} steps "
         f"never reached {config.target_accuracy}"
     )
 
 
+# a prepared row's reference answer, by its task: the boxed sum, or the program (``pacs.data.toy_code``)
+REFERENCE_SOLUTIONS = {"math": lambda row: toy_solution(row["ground_truth"]), "code": toy_code_solution}
+
+
+def reference_solutions(frame) -> list[str]:
+    return [REFERENCE_SOLUTIONS[row["task"]](row) for row in frame.to_dict("records")]
+
+
+def frame_task(frame, what: str) -> str:
+    """The one task of a toy split (its verifier scores every answer)."""
+    tasks = sorted(set(frame["task"]))
+    if len(tasks) != 1:
+        raise ValueError(f"{what}: the rows' tasks are {tasks}; the tiny model's data must be one task")
+    return tasks[0]
+
+
+def resolve_config(config: TinyModelConfig, task: str, tokenizer, solutions: list[str]) -> TinyModelConfig:
+    """What ``config`` leaves null: the task's defaults, and greedy room for twice the longest reference answer."""
+    defaults = {k: v for k, v in TASK_DEFAULTS[task].items() if getattr(config, k) is None}
+    if config.max_new_tokens is None:
+        longest = max(len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in solutions)
+        defaults["max_new_tokens"] = max(16, 2 * (longest + 1))
+    return replace(config, **defaults)
+
+
 def build_tiny_model(train, heldout, score: ScoreFn, config: TinyModelConfig) -> tuple:
-    """Tokenizer trained on the task's text, a fresh tiny Qwen2, warm-started. Returns (model, tokenizer, history)."""
-    solutions = [toy_solution(g) for g in train["ground_truth"]]
+    """Tokenizer trained on the task's text (prompts and reference answers: code's fences, newlines and
+    indentation included), a fresh tiny Qwen2, warm-started. Returns (model, tokenizer, history, config), the
+    config resolved for the held-out data's task."""
+    solutions = reference_solutions(train)
     corpus = [m[0]["content"] for m in train["prompt"]] + solutions + ["user\nassistant\n"]
     tokenizer = train_tokenizer(corpus, config.vocab_size)
+    config = resolve_config(config, frame_task(heldout, "held-out data"), tokenizer, solutions)
     model = tiny_qwen2(tokenizer, config)
     history = warm_start(model, tokenizer, train, heldout, solutions, score, config)
-    return model, tokenizer, history
+    return model, tokenizer, history, config

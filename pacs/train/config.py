@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pacs.algorithms import OBJECTIVES, get_objective
 from pacs.config import ConfigError, from_dict, read_yaml, to_dict
 from pacs.rollout.vllm import VLLMRolloutOptions
-from pacs.verify import VerifyConfig
+from pacs.verify import CodeConfig, VerifyConfig
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,10 @@ class TrainerConfig:
         if self.compile and self.share_prompt and not self.pack_sequences:
             # padded rows share the prompt through a KV cache that each layer calls with its own layer_idx:
             # Dynamo specializes on it and compiles every layer anew, past its recompile limit on deep models
-            raise ValueError("trainer.compile with trainer.share_prompt needs trainer.pack_sequences true (the "
-                             "padded shared-prompt path recompiles every layer); or set trainer.share_prompt false")
+            raise ValueError(
+                "trainer.compile with trainer.share_prompt needs trainer.pack_sequences true (the "
+                "padded shared-prompt path recompiles every layer); or set trainer.share_prompt false"
+            )
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ class LoggingConfig:
 @dataclass(frozen=True)
 class VerifierConfig:
     workers: int = 2  # verifier processes per rank
-    options: VerifyConfig = field(default_factory=VerifyConfig)
+    options: VerifyConfig = field(default_factory=VerifyConfig)  # how a math dataset's answers are scored
+    code: CodeConfig = field(default_factory=CodeConfig)  # how a code dataset's programs are run and judged
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 from pacs.algorithms import Objective, get_objective
-from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.batch import Batch, pad_columns, token_logprobs, token_values
@@ -29,26 +26,13 @@ from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.memory import phase
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
+from pacs.train.prompts import Prompts, load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
 from pacs.train.segments import JobOptions, Segment
 from pacs.verify import VerifierPool
 
 LogFn = Callable[[dict], None]
-
-
-@dataclass
-class Prompts:
-    token_ids: list[list[int]]
-    golds: list[str]
-    dropped: int  # longer than data.max_prompt_length
-
-
-def load_prompts(files: list[str], tokenizer, max_prompt_length: int, template_kwargs: dict | None = None) -> Prompts:
-    frame = pd.concat([read_prepared(Path(f)) for f in files], ignore_index=True)
-    ids = prompt_token_ids(tokenizer, frame["prompt"], template_kwargs)
-    keep = [i for i, p in enumerate(ids) if len(p) <= max_prompt_length]
-    return Prompts([ids[i] for i in keep], [str(frame["ground_truth"][i]) for i in keep], len(ids) - len(keep))
 
 
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
@@ -196,7 +180,7 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     record.update(push_weights(step + 1, engine, models.policy))  # a collective under fsdp; then checked
     timer["weight_push"] = time.perf_counter()
 
-    record.update(rollout_stats(batch, completions, verdicts, config.rollout.n, env))
+    record.update(rollout_stats(batch, completions, verdicts, prompts.task, config.rollout.n, env))
     mask = batch["response_mask"]
     ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
     record["policy/entropy"] = float(ent[0] / ent[1])
@@ -239,8 +223,9 @@ def train(
         heldout = load_prompts(data.heldout_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
     start_weights = latest[1] if latest else config.model.path
     heldout_size = len(heldout.token_ids) if heldout else 0
-    engine = build_engine(config, models.policy, models.tokenizer, start_weights, heldout_size, env,
-                          models.policy_module)
+    engine = build_engine(
+        config, models.policy, models.tokenizer, start_weights, heldout_size, env, models.policy_module
+    )
     metrics_path = out / "metrics.jsonl"
 
     def emit(record: dict) -> None:
@@ -254,7 +239,8 @@ def train(
         every = config.eval.every
         if heldout is None or every == 0 or (step % every and step != t.total_steps):
             return {}
-        return heldout_accuracy(engine, heldout.token_ids, heldout.golds, pool.score, config.eval.max_new_tokens, env)
+        return heldout_accuracy(engine, heldout.token_ids, heldout.golds, pool.score, config.eval.max_new_tokens, env,
+                                heldout.task)  # fmt: skip
 
     def save(step: int) -> None:
         began = time.perf_counter()
@@ -265,7 +251,7 @@ def train(
         truncate_metrics(metrics_path, start)
     show = env.main and config.logging.progress_bar
     with (
-        VerifierPool(config.verifier.options, workers=config.verifier.workers) as pool,
+        VerifierPool(config.verifier.options, workers=config.verifier.workers, code=config.verifier.code) as pool,
         ThreadPoolExecutor(1, thread_name_prefix="verifier") as scorer,
         closing(engine),
         Segment(out, env, config.checkpoint.stop_margin, job) as segment,

@@ -13,7 +13,8 @@ from pacs.train.batch import Batch
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce, gather_objects
 from pacs.train.memory import PHASES, TRACKER
-from pacs.verify import status_counts
+from pacs.verify import PASSING, status_counts
+from pacs.verify.sandbox import LEVELS
 
 
 def own_peaks() -> dict:
@@ -44,8 +45,19 @@ def rank_peaks(env: DistEnv) -> list[dict]:
     return gather_objects(own_peaks(), env)
 
 
-def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> dict:
-    """Reward, group and length statistics over all ranks."""
+def verifier_counts(verdicts, task: str, env: DistEnv) -> dict[str, int]:
+    """Over all ranks, the verdicts of each status of the task's verifier (every status, zeros included) and,
+    for code, the programs run at each isolation level (``isolation/<level>``; none for those never run)."""
+    counts = status_counts(verdicts, task)
+    if task == "code":
+        ran = [v.isolation for v in verdicts]
+        counts.update({f"isolation/{level}": ran.count(level) for level in LEVELS})
+    summed = all_reduce(torch.tensor([float(c) for c in counts.values()]), env).tolist()
+    return {k: int(c) for k, c in zip(counts, summed, strict=True)}
+
+
+def rollout_stats(batch: Batch, completions, verdicts, task: str, n: int, env: DistEnv) -> dict:
+    """Reward, verdict, group and length statistics over all ranks."""
     rewards = batch["rewards"].view(-1, n)
     lengths = batch["response_mask"].sum(-1).float()
     truncated = sum(c.finish_reason == "length" for group in completions for c in group)
@@ -64,26 +76,27 @@ def rollout_stats(batch: Batch, completions, verdicts, n: int, env: DistEnv) -> 
         ),
         env,
     ).tolist()
-    statuses = status_counts(verdicts)
-    counts = all_reduce(torch.tensor([float(v) for v in statuses.values()]), env).tolist()
+    counts = verifier_counts(verdicts, task, env)
     return {
         "reward/mean": sums[0] / sums[1],
-        "accuracy": counts[list(statuses).index("correct")] / sums[1],  # equal to the reward while rewards are 0/1
+        "accuracy": counts[PASSING[task]] / sums[1],  # equal to the reward while rewards are 0/1
         "groups/all_correct_frac": sums[2] / sums[4],
         "groups/all_wrong_frac": sums[3] / sums[4],
         "response_length/mean": sums[5] / sums[1],
         "response_length/max": float(all_reduce(lengths.max(), env, "max")),
         "response_length/truncated_frac": sums[6] / sums[1],
-        **{f"verifier/{k}": int(c) for k, c in zip(statuses, counts, strict=True)},
+        **{f"verifier/{k}": c for k, c in counts.items()},
         "rollout/response_tokens": int(sums[5]),  # over every rank
         "tokens": sums[7],
     }
 
 
-def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens: int, env: DistEnv) -> dict:
-    """Greedy accuracy on held-out prompts, every rank taking every world_size-th one."""
+def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens: int, env: DistEnv,
+                     task: str = "math") -> dict:  # fmt: skip
+    """Greedy accuracy on held-out prompts, every rank taking every world_size-th one, scored as ``task``."""
     mine = range(env.rank, len(token_ids), env.world_size)
-    result = greedy_accuracy(engine, [token_ids[i] for i in mine], [golds[i] for i in mine], score, max_new_tokens)
+    result = greedy_accuracy(engine, [token_ids[i] for i in mine], [golds[i] for i in mine], score, max_new_tokens,
+                             task)  # fmt: skip
     correct, total = all_reduce(torch.tensor([float(result["correct"]), float(result["total"])]), env).tolist()
     return {"eval/accuracy": correct / total, "eval/problems": int(total)}
 

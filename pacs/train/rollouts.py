@@ -90,8 +90,9 @@ def step_prompts(step: int, config: RunConfig, num_prompts: int, env: DistEnv) -
 def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, pad_token_id: int, env: DistEnv,
             timer: dict, scorer: Executor):  # fmt: skip
     """This rank's share of the step's prompts, n samples each: (batch, completions, verdicts), where verdicts
-    is a future: the verifier scores on ``scorer`` (a thread driving the worker processes) while the trainer
-    computes what does not need rewards. ``batch`` gets ``rewards`` from ``take_rewards``."""
+    is a future: the verifier of the prompts' task (math-verify, or code run on its tests) scores on ``scorer``
+    (a thread driving the worker processes) while the trainer computes what does not need rewards. ``batch``
+    gets ``rewards`` from ``take_rewards``."""
     n = config.rollout.n
     mine = step_prompts(step, config, len(prompts.token_ids), env)
     token_ids = [prompts.token_ids[i] for i in mine]
@@ -109,7 +110,7 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     timer["generate"] = time.perf_counter()
     engine.release_memory()
     golds, texts = [prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g]
-    verdicts = scorer.submit(pool.score, golds, texts)
+    verdicts = scorer.submit(pool.score, golds, texts, prompts.task)  # the reward: the verifier's score
     batch = rollout_batch(token_ids, completions, pad_token_id)
     sampled = sampled_logprobs(completions, batch["response_mask"].shape[1])
     if sampled is not None:  # the distribution each token was drawn from: the gap, and rollout correction
