@@ -18,7 +18,7 @@ def _verify_config(args: argparse.Namespace):
 
 def cmd_check_code(args: argparse.Namespace) -> int:
     from pacs.verify.code import CodeConfig, CodeVerdict, extract_code, parse_tests, run_program
-    from pacs.verify.sandbox import become_subreaper, kill_descendants
+    from pacs.verify.sandbox import reaping
 
     tests = parse_tests(args.tests.read_text(), str(args.tests))
     source = args.program or args.response
@@ -29,9 +29,8 @@ def cmd_check_code(args: argparse.Namespace) -> int:
     if program is None:
         verdict = CodeVerdict("no_code", 0.0, "", 0, len(tests.tests), 0.0, "")
     else:
-        become_subreaper()
-        verdict = run_program(program, tests, config)
-        kill_descendants()
+        with reaping():
+            verdict = run_program(program, tests, config)
     fields = ("status", "passed", "total", "seconds", "isolation", "detail")
     print(json.dumps({**{k: getattr(verdict, k) for k in fields}, "timeout_s": config.test_timeout_s}))
     return 0 if verdict.status == "passed" else 1

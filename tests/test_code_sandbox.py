@@ -126,6 +126,7 @@ def test_hostile_programs(level, host):
 def test_check_code_prints_a_verdict_and_names_bad_input(tmp_path, capsys):
     from pacs.cli import main
 
+    bystander = subprocess.Popen(["sleep", "60"])  # a child of the caller's: the verifier's cleanup spares it
     tests = tmp_path / "tests.json"
     tests.write_text(json.dumps({"tests": [{"input": "1 2", "output": "3", "testtype": "stdin"},
                                            {"input": "[2]\n5", "output": "7", "testtype": "functional"}],
@@ -154,3 +155,6 @@ def test_check_code_prints_a_verdict_and_names_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert name in err, err
     assert "fn_name" in err
+    assert bystander.poll() is None
+    bystander.kill()
+    bystander.wait()

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.connection import wait
 
 from pacs.verify.code import CODE_STATUSES, CodeConfig, CodeVerdict, code_deadline_s, score_code
-from pacs.verify.sandbox import become_subreaper, kill_descendants, resolve_isolation
+from pacs.verify.sandbox import reaping, resolve_isolation
 from pacs.verify.scoring import STATUSES, DeadlineExceeded, Verdict, VerifyConfig, score_answer
 
 _READY = "ready"
@@ -32,10 +32,8 @@ PASSING = {"math": "correct", "code": "passed"}
 def score_item(task: str, gold: str, answer: str, config: VerifyConfig, code: CodeConfig) -> Verdict | CodeVerdict:
     """One answer's verdict: math-verify against a gold, or the code verifier against tests."""
     if task == "code":
-        try:
+        with reaping():  # anything a program left behind
             return score_code(gold, answer, code)
-        finally:
-            kill_descendants()  # anything a program left behind (this worker is their reaper)
     try:
         return score_answer(gold, answer, config)
     except DeadlineExceeded:  # the alarm fired just as scoring returned
@@ -51,7 +49,6 @@ def lost_verdict(task: str, status: str, why: str = "") -> Verdict | CodeVerdict
 
 def _worker_main(conn, config: VerifyConfig, code: CodeConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    become_subreaper()  # a program's escaped processes come back here, to be killed
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def receive() -> None:  # drains the pipe at once, so a parent sending the next chunk never waits on scoring

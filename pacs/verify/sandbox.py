@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -281,8 +282,10 @@ def descendants(pid: int | None = None) -> list[int]:
 
 
 def kill_descendants(spare: set[int] = frozenset()) -> int:
-    """SIGKILL every descendant of this process not in ``spare`` until none is left; the number killed."""
-    killed = 0
+    """SIGKILL every descendant of this process not in ``spare`` until none is left, reaping only those
+    (never another child's exit status: a forkserver or a Popen of the caller's stays its own); the number
+    killed."""
+    killed = set()
     for _ in range(100):
         left = [p for p in descendants() if p not in spare]
         if not left:
@@ -290,14 +293,25 @@ def kill_descendants(spare: set[int] = frozenset()) -> int:
         for p in left:
             try:
                 os.kill(p, signal.SIGKILL)
-                killed += 1
+                killed.add(p)
             except ProcessLookupError:
                 pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
         time.sleep(0.01)
-    return killed
+        for p in list(killed):
+            try:
+                os.waitpid(p, os.WNOHANG)  # ours when it was a child, or an orphan handed to us as reaper
+            except ChildProcessError:
+                pass
+    return len(killed)
+
+
+@contextmanager
+def reaping() -> Iterator[None]:
+    """Around a sandbox's run: this process becomes the reaper of what the run orphans, and afterwards
+    kills whatever below it was not there before."""
+    become_subreaper()
+    before = set(descendants())
+    try:
+        yield
+    finally:
+        kill_descendants(before)
