@@ -32,6 +32,15 @@ def chat_prompt(problem: str, system_prompt: str | None = None, task: str = "mat
     return [*system, {"role": "user", "content": f"{problem} {INSTRUCTION}" if task == "math" else problem}]
 
 
+def frame_task(frame: pd.DataFrame, where: str) -> str:
+    """The one task of a prepared frame's rows (one verifier scores them all); a frame of several is an error
+    naming ``where``."""
+    tasks = sorted(set(frame["task"]))
+    if len(tasks) != 1:
+        raise ValueError(f"{where}: rows of tasks {tasks}; a prepared file holds one task (prepare one per task)")
+    return tasks[0]
+
+
 def read_prepared(path: Path) -> pd.DataFrame:
     """A prepared parquet file, checked for the schema's columns."""
     path = Path(path)

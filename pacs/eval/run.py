@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from pacs.config import config_changes, pin_config, to_dict
-from pacs.data.schema import prompt_token_ids, read_prepared
+from pacs.data.schema import frame_task, prompt_token_ids, read_prepared
 from pacs.eval.config import RESUMABLE_KEYS, EvalConfig
 from pacs.eval.greedy import score_completions
 from pacs.eval.metrics import eval_metrics
@@ -38,14 +38,6 @@ PART = "part_{:05d}.parquet"
 
 def resolve_engine(name: str) -> str:
     return ("vllm" if vllm_available() else "hf") if name == "auto" else name
-
-
-def dataset_task(problems: pd.DataFrame, data: Path) -> str:
-    """The one task of an evaluated file (its ``task`` column)."""
-    tasks = sorted(set(problems["task"]))
-    if len(tasks) != 1:
-        raise ValueError(f"{data}: rows of tasks {tasks}; an evaluation scores one task: split the file by task")
-    return tasks[0]
 
 
 def response_frame(problems: pd.DataFrame, completions, verdicts, task: str = "math") -> pd.DataFrame:
@@ -131,7 +123,7 @@ def evaluate(
     an ``out`` holding an evaluation under another config is emptied first instead of refused."""
     out = Path(out)
     problems = read_prepared(data)
-    task = dataset_task(problems, data)
+    task = frame_task(problems, str(data))
     if config.limit is not None:
         problems = problems.head(config.limit)
     if problems.empty:

@@ -15,7 +15,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
-from pacs.data.schema import prompt_texts, prompt_token_ids
+from pacs.data.schema import frame_task, prompt_texts, prompt_token_ids
 from pacs.data.toy import toy_solution
 from pacs.data.toy_code import toy_code_solution
 from pacs.eval.greedy import ScoreFn, score_completions
@@ -218,14 +218,6 @@ REFERENCE_SOLUTIONS = {"math": lambda row: toy_solution(row["ground_truth"]), "c
 
 def reference_solutions(frame) -> list[str]:
     return [REFERENCE_SOLUTIONS[row["task"]](row) for row in frame.to_dict("records")]
-
-
-def frame_task(frame, what: str) -> str:
-    """The one task of a toy split (its verifier scores every answer)."""
-    tasks = sorted(set(frame["task"]))
-    if len(tasks) != 1:
-        raise ValueError(f"{what}: the rows' tasks are {tasks}; the tiny model's data must be one task")
-    return tasks[0]
 
 
 def resolve_config(config: TinyModelConfig, task: str, tokenizer, solutions: list[str]) -> TinyModelConfig:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pacs.data.schema import prompt_token_ids, read_prepared
+from pacs.data.schema import frame_task, prompt_token_ids, read_prepared
 
 
 @dataclass
@@ -28,11 +28,8 @@ def load_prompts(files: list[str], tokenizer, max_prompt_length: int, template_k
 
 def files_task(files: list[str], frames: list[pd.DataFrame]) -> str:
     """The one task of a run's training (or held-out) files: every answer goes to one verifier."""
-    tasks = {f: sorted(set(frame["task"])) for f, frame in zip(files, frames, strict=True)}
-    for f, found in tasks.items():
-        if len(found) > 1:
-            raise ValueError(f"{f}: rows of tasks {found}; a prepared file holds one task (prepare one file per task)")
-    if len({found[0] for found in tasks.values() if found}) > 1:  # one verifier call scores a whole step
-        raise ValueError(f"files of different tasks: {', '.join(f'{f} ({t[0]})' for f, t in tasks.items() if t)}; "
+    tasks = {f: frame_task(frame, f) for f, frame in zip(files, frames, strict=True) if len(frame)}
+    if len(set(tasks.values())) > 1:  # one verifier call scores a whole step
+        raise ValueError(f"files of different tasks: {', '.join(f'{f} ({t})' for f, t in tasks.items())}; "
                          "a run's training files, and its held-out files, are of one task")  # fmt: skip
-    return next((found[0] for found in tasks.values() if found), "math")
+    return next(iter(tasks.values()), "math")

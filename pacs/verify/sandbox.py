@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from pacs.verify.harness import landlock_abi  # the harness is standard library only: importable here too
+
 HARNESS = Path(__file__).with_name("harness.py")
 LEVELS = ("bubblewrap+seccomp", "limits+seccomp+landlock", "limits+seccomp", "limits")
 NOBODY = 65534
@@ -103,13 +105,6 @@ def probe_bubblewrap() -> str | None:
     if done.returncode != 0 or done.stdout.strip() != str(NOBODY):
         return f"bwrap failed (exit {done.returncode}): {done.stderr.strip()[:300]}"
     return None
-
-
-def landlock_abi() -> int:
-    """This kernel's Landlock ABI version, 0 where it has none."""
-    import ctypes
-
-    return max(ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1), 0)
 
 
 def resolve_isolation(wanted: str) -> str:
