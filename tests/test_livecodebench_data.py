@@ -286,3 +286,26 @@ def test_bad_options_are_errors_naming_the_option(mirror, tmp_path, capsys):
         prepare(*local, "--spec", spec) == 2 and "--spec: livecodebench's fields are fixed" in capsys.readouterr().err
     )
     assert not out.exists()
+
+
+def test_the_glm_cot_prompt_style_is_the_glm_toolkits(mirror, tmp_path, capsys):
+    """zai-org/glm-simple-evals' "cot" prompt: the problem, "### Format:", no header, no answer line, no system."""
+    out, default = tmp_path / "glm.parquet", tmp_path / "lcb.parquet"
+    assert prepare("--source", "local", "--data-dir", mirror, "--prompt-style", "glm_cot", "--out", out) == 0
+    assert prepare("--source", "local", "--data-dir", mirror, "--out", default) == 0
+    frame = read_prepared(out)
+    assert [[m["role"] for m in p] for p in frame["prompt"]] == [["user"]] * 3
+    assert frame["prompt"].iloc[0][0]["content"] == (
+        "Problem abc001_a: do the thing.\n\n### Format: Read the inputs from stdin solve the problem and write the "
+        "answer to stdout (do not directly test on the sample inputs). Enclose your code within delimiters as "
+        "follows.\n\n```python\n# YOUR CODE HERE\n```\n\n"
+    )
+    assert frame["prompt"].iloc[1][0]["content"] == (
+        f"Problem 3001: do the thing.\n\n### Format: {FORMAT_WITH_STARTER_CODE}\n```python\n{STARTER}\n```\n\n"
+    )
+    pd.testing.assert_frame_equal(frame.drop(columns="prompt"), read_prepared(default).drop(columns="prompt"))
+    assert prepared_info(out)["source"]["prompt_style"] == "glm_cot"
+    assert prepared_info(default)["source"]["prompt_style"] == "livecodebench"
+    with pytest.raises(SystemExit):
+        prepare("--source", "local", "--data-dir", mirror, "--prompt-style", "cot", "--out", out)
+    assert "argument --prompt-style: invalid choice" in capsys.readouterr().err

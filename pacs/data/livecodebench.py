@@ -7,6 +7,11 @@ script no longer runs under ``datasets`` >= 4, so the files are downloaded one b
 huggingface_hub, or read from a local mirror: a directory holding them (without a release chosen, every
 increment it holds), or one .jsonl or .parquet file of rows.
 
+Two prompts (``PROMPT_STYLES``): LiveCodeBench's own for chat models (the default), or ``glm_cot``, the one
+GLM-4.5's toolkit (zai-org/glm-simple-evals, evals/livecodebench_eval.py) always sends: its model name
+defaults to "cot", whose prompt has no "### Question:" header and no "### Answer:" line, a shorter stdin
+instruction, and no system message.
+
 Problems are chosen by release and, optionally, by contest date: ``start <= date < end``, the end day
 excluded (LiveCodeBench's runner keeps ``contest_date <= end`` at midnight, so its window also holds
 the problems dated the end day at 00:00). PACS v2: 2024-07-01 to 2025-01-01, the second half of 2024.
@@ -67,6 +72,26 @@ def code_prompt(question: str, starter_code: str) -> str:
         f"### Question:\n{question}\n\n### Format: {instruction}\n```python\n{code}\n```\n\n"
         "### Answer: (use the provided format with backticks)"
     )
+
+
+# evals/livecodebench_eval.py of zai-org/glm-simple-evals, get_question_template_answer's "cot" branch (the
+# default model name): LiveCodeBench's starter-code instruction, a stdin one without its last sentence
+GLM_FORMAT_WITHOUT_STARTER_CODE = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on "
+    "the sample inputs). Enclose your code within delimiters as follows."
+)
+
+
+def glm_cot_prompt(question: str, starter_code: str) -> str:
+    """The GLM-4.5 toolkit's user message for one problem, whole (its trailing blank line included): the
+    problem, then "### Format:" with the starter code, or stdin's instruction, a blank line and the
+    placeholder."""
+    if starter_code:
+        return f"{question}\n\n### Format: {FORMAT_WITH_STARTER_CODE}\n```python\n{starter_code}\n```\n\n"
+    return f"{question}\n\n### Format: {GLM_FORMAT_WITHOUT_STARTER_CODE}\n\n```python\n# YOUR CODE HERE\n```\n\n"
+
+
+PROMPT_STYLES = {"livecodebench": code_prompt, "glm_cot": glm_cot_prompt}
 
 
 def release_files(version: str) -> list[str]:
@@ -212,8 +237,10 @@ REQUIRED = ("question_content", "question_id", "starter_code", "public_test_case
             "metadata", "platform", "difficulty")  # fmt: skip
 
 
-def parse_problem(record: dict, contest: datetime, position: int, where: str, row: int) -> RawRow:
-    """One in-window problem: its prompt, its tests as the schema's JSON gold, its id and extra columns."""
+def parse_problem(record: dict, contest: datetime, position: int, where: str, row: int,
+                  prompt_style: str = "livecodebench") -> RawRow:  # fmt: skip
+    """One in-window problem: its prompt (``PROMPT_STYLES``), its tests as the schema's JSON gold, its id and
+    extra columns."""
     missing = [f for f in REQUIRED if f not in record]
     if missing:
         raise RowError(where, row, f"no field(s) {missing} (fields: {sorted(record)})")
@@ -237,10 +264,11 @@ def parse_problem(record: dict, contest: datetime, position: int, where: str, ro
     extra = {"contest_date": contest.isoformat(), "platform": str(record["platform"]),
              "difficulty": str(record["difficulty"])}  # fmt: skip
     gold = json.dumps({"tests": tests, "fn_name": fn_name})
-    return RawRow(position, code_prompt(question, starter), gold, str(record["question_id"]), extra)
+    return RawRow(position, PROMPT_STYLES[prompt_style](question, starter), gold, str(record["question_id"]), extra)
 
 
-def livecodebench_rows(files: list[tuple[Path, str]], window: DateWindow, counts: dict) -> Iterator[RawRow | RowError]:
+def livecodebench_rows(files: list[tuple[Path, str]], window: DateWindow, counts: dict,
+                       prompt_style: str = "livecodebench") -> Iterator[RawRow | RowError]:  # fmt: skip
     """Every problem of the files in the window, or the error that makes it unusable; a row's position is
     its place in the files read one after the other. ``counts`` gets ``rows_in_files`` and ``outside_window``."""
     counts.update(rows_in_files=0, outside_window=0)
@@ -260,7 +288,7 @@ def livecodebench_rows(files: list[tuple[Path, str]], window: DateWindow, counts
                 counts["outside_window"] += 1
                 continue
             try:
-                yield parse_problem(record, contest, position, where, row)
+                yield parse_problem(record, contest, position, where, row, prompt_style)
             except RowError as e:
                 yield e
 
@@ -273,12 +301,17 @@ def prepare_livecodebench(
     path: Path | None = None,
     tokenizer=None,
     revision: str | None = None,
+    prompt_style: str = "livecodebench",
 ) -> tuple[pd.DataFrame, dict]:
-    """``(frame, report)``: the release's problems in the window as code rows; the report records the
-    files (and their sha256), the selection and how many rows fell outside the window."""
+    """``(frame, report)``: the release's problems in the window as code rows, in ``prompt_style``
+    (``PROMPT_STYLES``); the report records the files (and their sha256), the selection, the prompt style
+    and how many rows fell outside the window."""
+    if prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style {prompt_style!r}: one of {list(PROMPT_STYLES)}")
     files = source_files(kind, release, path, revision)
     counts: dict = {}
-    frame, report = prepare_rows(DATA_SOURCE, livecodebench_rows(files, window, counts), options, tokenizer, "code")
+    rows = livecodebench_rows(files, window, counts, prompt_style)
+    frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer, "code")
     source = {
         "kind": kind,
         **({"hub_id": HUB_ID, "revision": revision} if kind == "hub" else {"path": str(Path(path).resolve())}),
@@ -286,6 +319,7 @@ def prepare_livecodebench(
         "start_date": None if window.start is None else window.start.isoformat(),
         "end_date_excluded": None if window.end is None else window.end.isoformat(),
         "files": [{"file": where, "sha256": sha256(file)} for file, where in files],
+        "prompt_style": prompt_style,
         **counts,
     }
     return frame, {**report, "source": source}

@@ -3,17 +3,20 @@
 - ``prompt``: the chat messages, ``[{"role": "user", "content": ...}]``, after a ``{"role": "system", ...}``
   message when the dataset was prepared with a system prompt (PACS v2's). A math problem's user message is
   ``problem + " " + INSTRUCTION``; a code problem's is its dataset's own, the problem with its format
-  instruction (LiveCodeBench's, with the starter code for functional problems)
+  instruction (LiveCodeBench's, with the starter code for functional problems); a multiple-choice question's
+  is the toolkit's query with the question and its shuffled choices A) ... D) (``pacs.data.gpqa``)
 - ``ground_truth``: for ``task`` "math", the normalised gold answer, a string math-verify parses; for
   "code", the tests as one JSON string, ``{"tests": [{"input": str, "output": str, "testtype": "stdin" |
   "functional"}, ...], "fn_name": str | null}`` (``fn_name``: the method a functional problem's tests call;
-  a functional test's input is one JSON value per line, one per argument, its output the JSON result)
+  a functional test's input is one JSON value per line, one per argument, its output the JSON result); for
+  "choice", the letter of the right answer after the shuffle, "A" ... "D"
 - ``task``: how ``ground_truth`` is read and a response scored, one of ``TASKS``
-- ``data_source``: the dataset's name, e.g. ``math500``, ``livecodebench`` or ``toy_addition``
+- ``data_source``: the dataset's name, e.g. ``math500``, ``livecodebench``, ``gpqa`` or ``toy_addition``
 - ``index``: the row's position in the prepared file
 - ``id``: the row's id in its source
 
-A dataset may add columns after these (LiveCodeBench: ``contest_date``, ``platform``, ``difficulty``).
+A dataset may add columns after these (LiveCodeBench: ``contest_date``, ``platform``, ``difficulty``; GPQA:
+``permutation``, ``shuffle``, ``domain``).
 """
 
 from pathlib import Path
@@ -22,12 +25,13 @@ import pandas as pd
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 COLUMNS = ("prompt", "ground_truth", "task", "data_source", "index", "id")
-TASKS = ("math", "code")  # math: math-verify against the gold; code: the program run on the tests
+# math: math-verify against the gold; code: the program run on the tests; choice: the answer line's letter
+TASKS = ("math", "code", "choice")
 
 
 def chat_prompt(problem: str, system_prompt: str | None = None, task: str = "math") -> list[dict[str, str]]:
-    """The messages of one problem: a math problem gets the paper's instruction, a code problem is its
-    dataset's whole user message already."""
+    """The messages of one problem: a math problem gets the paper's instruction, a code or multiple-choice
+    problem is its dataset's whole user message already."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
     return [*system, {"role": "user", "content": f"{problem} {INSTRUCTION}" if task == "math" else problem}]
 

@@ -9,13 +9,14 @@ from pacs.verify.code import CodeConfig
 from pacs.verify.sandbox import LEVELS
 
 # Statuses that are the verifier's failure, not the answer's: scored 0, counted, never hidden in "wrong".
-# A code program's timeout, crash or memory is the program's own verdict; only a sandbox that broke is ours
-VERIFIER_FAILURES = {"math": ("timeout", "gold_unparseable", "error"), "code": ("sandbox_error",)}
+# A code program's timeout, crash or memory is the program's own verdict; only a sandbox that broke is ours.
+# Reading a multiple-choice letter cannot fail
+VERIFIER_FAILURES = {"math": ("timeout", "gold_unparseable", "error"), "code": ("sandbox_error",), "choice": ()}
 
 
 def problem_counts(responses: pd.DataFrame, task: str = "math") -> pd.DataFrame:
     """One row per problem: ``problem`` (its index in the prepared file), ``id``, ``n`` samples, ``correct``
-    (the samples the task's verifier passed: math's ``correct``, code's ``passed``)."""
+    (the samples the task's verifier passed: math's and choice's ``correct``, code's ``passed``)."""
     grouped = responses.groupby("problem", sort=True)
     return pd.DataFrame(
         {

@@ -19,18 +19,22 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from multiprocessing.connection import wait
 
+from pacs.verify.choice import CHOICE_STATUSES, score_choice
 from pacs.verify.code import CODE_STATUSES, CodeConfig, CodeVerdict, code_deadline_s, score_code
 from pacs.verify.sandbox import reaping, resolve_isolation
 from pacs.verify.scoring import STATUSES, DeadlineExceeded, Verdict, VerifyConfig, score_answer
 
 _READY = "ready"
-TASKS = ("math", "code")  # what a dataset's ``task`` column may say
-TASK_STATUSES = {"math": STATUSES, "code": CODE_STATUSES}
-PASSING = {"math": "correct", "code": "passed"}
+TASKS = ("math", "code", "choice")  # what a dataset's ``task`` column may say
+TASK_STATUSES = {"math": STATUSES, "code": CODE_STATUSES, "choice": CHOICE_STATUSES}
+PASSING = {"math": "correct", "code": "passed", "choice": "correct"}
 
 
 def score_item(task: str, gold: str, answer: str, config: VerifyConfig, code: CodeConfig) -> Verdict | CodeVerdict:
-    """One answer's verdict: math-verify against a gold, or the code verifier against tests."""
+    """One answer's verdict: math-verify against a gold, the code verifier against tests, or the letter read
+    from a multiple-choice answer against the gold letter."""
+    if task == "choice":
+        return score_choice(gold, answer)
     if task == "code":
         with reaping():  # anything a program left behind
             return score_code(gold, answer, code)
@@ -87,7 +91,8 @@ class _Worker:
 
 class VerifierPool:
     """``with VerifierPool(config, workers=2) as pool: verdicts = pool.score(golds, answers)``; for code,
-    ``pool.score(tests, responses, task="code")`` with each row's tests JSON as its gold."""
+    ``pool.score(tests, responses, task="code")`` with each row's tests JSON as its gold; multiple choice
+    (``task="choice"``, golds "A" ... "D") is scored in the caller's process."""
 
     def __init__(
         self,
@@ -138,6 +143,8 @@ class VerifierPool:
             raise ValueError(f"{len(golds)} golds but {len(answers)} answers")
         if task not in TASKS:
             raise ValueError(f"task {task!r}: one of {TASKS}")
+        if task == "choice":  # a regex on 1,024 characters: no worker, no deadline; a gold that is no letter raises
+            return [score_choice(g, a) for g, a in zip(golds, answers, strict=True)]
         pairs = [(task, g, a) for g, a in zip(golds, answers, strict=True)]
         unique = list(dict.fromkeys(pairs))
         index = {pair: i for i, pair in enumerate(unique)}
