@@ -23,6 +23,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/diversity.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -243,16 +243,22 @@ def cmd_check_golds(args: argparse.Namespace) -> int:
 
 
 TOY_SPLITS = {"toy_train": ("math", "train"), "toy_heldout": ("math", "heldout"),
-              "toy_code_train": ("code", "train"), "toy_code_heldout": ("code", "heldout")}  # fmt: skip
-LCB_OPTIONS = ("release_version", "start_date", "end_date")  # prepare-data's options for livecodebench only
+              "toy_code_train": ("code", "train"), "toy_code_heldout": ("code", "heldout"),
+              "toy_choice_train": ("choice", "train"), "toy_choice_heldout": ("choice", "heldout")}  # fmt: skip
+# prepare-data's options for one dataset only
+DATASET_OPTIONS = {
+    "livecodebench": ("release_version", "start_date", "end_date", "prompt_style"),
+    "gpqa": ("shuffles",),
+}
 
 
 def toy_task(task: str):
     """The toy task's generator: ``(seed, train_size, heldout_size, options, tokenizer) → {split: (frame, report)}``."""
     from pacs.data.toy import toy_addition
+    from pacs.data.toy_choice import toy_choice
     from pacs.data.toy_code import toy_code
 
-    return {"math": toy_addition, "code": toy_code}[task]
+    return {"math": toy_addition, "code": toy_code, "choice": toy_choice}[task]
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -262,9 +268,10 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
 
     options = PrepareOptions(args.bad_rows, args.duplicates, args.max_prompt_length, args.repeat,
                              args.system_prompt, json.loads(args.chat_template_kwargs or "{}"))  # fmt: skip
-    given = [f"--{k.replace('_', '-')}" for k in LCB_OPTIONS if getattr(args, k) is not None]
-    if given and args.dataset != "livecodebench":
-        raise ValueError(f"{', '.join(given)}: for --dataset livecodebench only, not {args.dataset!r}")
+    for dataset, keys in DATASET_OPTIONS.items():
+        given = [f"--{k.replace('_', '-')}" for k in keys if getattr(args, k) is not None]
+        if given and args.dataset != dataset:
+            raise ValueError(f"{', '.join(given)}: for --dataset {dataset} only, not {args.dataset!r}")
     tokenizer = None
     if args.tokenizer:
         from transformers import AutoTokenizer
@@ -279,9 +286,15 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
         if args.spec:
             raise ValueError("--spec: livecodebench's fields are fixed; choose with --release-version and dates")
         window = DateWindow(args.start_date, args.end_date)
-        frame, report = prepare_livecodebench(
-            args.source, args.release_version, window, options, args.data_dir, tokenizer
-        )
+        frame, report = prepare_livecodebench(args.source, args.release_version, window, options, args.data_dir,
+                                              tokenizer, prompt_style=args.prompt_style or "livecodebench")  # fmt: skip
+    elif args.dataset == "gpqa":
+        from pacs.data.gpqa import prepare_gpqa
+
+        if args.spec:
+            raise ValueError("--spec: gpqa's fields are fixed (the dataset's own column names)")
+        shuffles = 1 if args.shuffles is None else args.shuffles
+        frame, report = prepare_gpqa(args.source, options, args.data_dir, tokenizer, args.seed, shuffles)
     else:
         overrides = read_yaml(args.spec) if args.spec else {}
         if args.dataset not in HUB_SOURCES and not overrides:
@@ -379,6 +392,37 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _method_dir(value: str) -> tuple[str, Path]:
+    method, sep, path = value.partition("=")
+    if not sep or not method or not path:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected METHOD=DIR")
+    return method, Path(path)
+
+
+def cmd_diversity(args: argparse.Namespace) -> int:
+    from pacs.eval.diversity import DiversityConfig, measure_diversity
+
+    evals = dict(args.eval)
+    if len(evals) != len(args.eval):
+        raise ValueError(f"--eval: a method given twice ({', '.join(m for m, _ in args.eval)})")
+    config = DiversityConfig(model=args.model, embed=args.embed, max_answers=args.max_answers,
+                             batch_size=args.batch_size, max_length=args.max_length, dtype=args.dtype,
+                             device=args.device)  # fmt: skip
+    result = measure_diversity(evals, config, args.embeddings)
+    atomic_write_json(args.out, result)
+    print(f"wrote {args.out}" + (f" and {args.embeddings}" if args.embeddings else ""))
+    return 0
+
+
+def cmd_tiny_embedder(args: argparse.Namespace) -> int:
+    from pacs.models.tiny_embedder import TinyEmbedderConfig, build_tiny_embedder
+
+    config = TinyEmbedderConfig(seed=args.seed)
+    build_tiny_embedder(args.out, config)
+    print(f"wrote {args.out}: a sentence-transformers model, {config.hidden_size}-dimensional embeddings")
+    return 0
+
+
 def cmd_report_collect(args: argparse.Namespace) -> int:
     from pacs.report.collect import collect_pass_at_k, read_manifest
     from pacs.report.significance import read_per_problem
@@ -396,12 +440,16 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
     from pacs.io import atomic_write_text
     from pacs.report import significance
     from pacs.report.collect import comparison, published_for, read_manifest, read_published
+    from pacs.report.diversity import diversity_tables
+    from pacs.report.sections import all_sections
     from pacs.report.summary import comparison_markdown
     from pacs.report.tables import to_html, write_tables
 
     manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
     published = read_published(args.published) if args.published else published_for(manifest.get("paper", "v1"))
-    written = write_tables(table, manifest, args.out)
+    written = write_tables(table, manifest, args.out) + all_sections(table, manifest, published, args.out)
+    if manifest.get("diversity"):
+        written += diversity_tables(manifest, args.out)
     comp = comparison(table, manifest, published)
     atomic_write_csv(args.out / "comparison.csv", comp)
     atomic_write_text(args.out / "comparison.md", comparison_markdown(comp))
@@ -420,11 +468,11 @@ def cmd_report_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_report_figures(args: argparse.Namespace) -> int:
-    from pacs.report.collect import read_manifest
+    from pacs.report.collect import published_for, read_manifest
     from pacs.report.figures import all_figures
 
     manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
-    written = all_figures(table, manifest, args.out)
+    written = all_figures(table, manifest, args.out, published_for(manifest.get("paper", "v1")))
     print(f"wrote {len(written)} figure files to {args.out}")
     return 0
 
@@ -508,7 +556,8 @@ def _iso_date(value: str):
 
 
 def _toy_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed")
+    parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed; gpqa: the shuffle's "
+                        "(the toolkit's 0)")  # fmt: skip
     from pacs.data.toy import HELDOUT_SIZE, TRAIN_SIZE
 
     parser.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="toy task: training problems")
@@ -666,12 +715,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     pd_ = verbs.add_parser("prepare-data", help="one dataset (hub, local file or toy task) → one prepared parquet")
     pd_.add_argument(
-        "--dataset", required=True, help=f"built in: {', '.join([*HUB_SOURCES, 'livecodebench', *TOY_SPLITS])}"
+        "--dataset",
+        required=True,
+        help=f"built in: {', '.join([*HUB_SOURCES, 'livecodebench', 'gpqa', *TOY_SPLITS])}",
     )
     pd_.add_argument("--out", type=Path, required=True, help="parquet file to write")
     pd_.add_argument("--source", choices=["hub", "local"], default="hub", help="built-in source to start from")
     pd_.add_argument("--data-dir", type=Path, help="local: directory the source file is in (../shared/data); "
-                     "livecodebench: a mirror directory (test.jsonl, ...) or a .jsonl/.parquet file")  # fmt: skip
+                     "livecodebench: a mirror directory (test.jsonl, ...) or a .jsonl/.parquet file; "
+                     "gpqa: a directory with gpqa_diamond.csv, or a .csv/.parquet file")  # fmt: skip
     pd_.add_argument("--spec", type=Path, help="YAML mapping of source fields to override (config/README.md)")
     pd_.add_argument("--bad-rows", choices=["error", "drop"], default="error", help="drop: skip and count them")
     pd_.add_argument("--duplicates", choices=["keep", "drop"], default="keep", help="reported either way")
@@ -687,13 +739,18 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--start-date", type=_iso_date, help="livecodebench: first contest date kept, YYYY-MM-DD")
     pd_.add_argument("--end-date", type=_iso_date, help="livecodebench: contest dates before this one, YYYY-MM-DD "
                      "(excluded: 2024-07-01 to 2025-01-01 is PACS v2's second half of 2024)")  # fmt: skip
+    pd_.add_argument("--prompt-style", choices=["livecodebench", "glm_cot"], help="livecodebench: "
+                     "LiveCodeBench's own prompt (default), or glm_cot, GLM-4.5's toolkit's")  # fmt: skip
+    pd_.add_argument("--shuffles", type=int, help="gpqa: each question this many times, each copy with its own "
+                     "permutation of the choices (the toolkit's n_repeats, 8: evaluate at n 1); default 1")  # fmt: skip
     _toy_arguments(pd_)
     pd_.set_defaults(func=cmd_prepare_data)
 
     td = verbs.add_parser("toy-data", help="a synthetic task's train.parquet and heldout.parquet")
     td.add_argument("--out", type=Path, required=True, help="directory to write the two splits to")
-    td.add_argument("--task", choices=["math", "code"], default="math",
-                    help="math: 'What is a + b?' (toy_addition); code: a program for n * a + b (toy_code)")  # fmt: skip
+    td.add_argument("--task", choices=["math", "code", "choice"], default="math",
+                    help="math: 'What is a + b?' (toy_addition); code: a program for n * a + b (toy_code); "
+                         "choice: 'What is a + b?' with four sums to choose from, as GPQA (toy_choice)")  # fmt: skip
     _toy_arguments(td)
     td.set_defaults(func=cmd_toy_data)
 
@@ -708,6 +765,12 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--threads", type=int, default=2, help="torch's threads, and verifier processes for the checks")
     tm.set_defaults(func=cmd_tiny_model)
 
+    te = verbs.add_parser("tiny-embedder", help="a tiny random embedding model in Qwen3-Embedding's form, offline "
+                          "(a sentence-transformers directory)")  # fmt: skip
+    te.add_argument("--out", type=Path, required=True, help="directory to write")
+    te.add_argument("--seed", type=int, default=0, help="the weights' seed")
+    te.set_defaults(func=cmd_tiny_embedder)
+
     ev = verbs.add_parser("evaluate", help="N samples per problem from a model on one prepared benchmark; pass@k")
     ev.add_argument("--model", required=True, help="hub id, HF model directory or training checkpoint")
     ev.add_argument("--data", type=Path, required=True, help="prepared parquet (pacs prepare-data)")
@@ -717,6 +780,23 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_arguments(ev)
     ev.add_argument("--restart-on-change", action="store_true", help="OUT under another config: empty it, not refuse")
     ev.set_defaults(func=cmd_evaluate)
+
+    dv = verbs.add_parser("diversity", help="v2's S_div: how different a method's correct answers are, from stored "
+                          "evaluations (Table 3, Figure 5b)")  # fmt: skip
+    dv.add_argument("--eval", type=_method_dir, action="append", required=True, metavar="METHOD=DIR",
+                    help="a method's `pacs evaluate` directory; repeat for each method")  # fmt: skip
+    dv.add_argument("--out", type=Path, required=True, help="diversity.json to write")
+    dv.add_argument("--embeddings", type=Path, help="also write the correct answers' embeddings (.npz, float16)")
+    dv.add_argument("--model", default="Qwen/Qwen3-Embedding-0.6B", help="sentence-transformers model: hub id or "
+                    "directory (pacs tiny-embedder)")  # fmt: skip
+    dv.add_argument("--embed", choices=["response", "final"], default="response",
+                    help="response: the whole sample, thinking included; final: after the last </think>")  # fmt: skip
+    dv.add_argument("--max-answers", type=int, help="correct answers per problem at most, the first by sample")
+    dv.add_argument("--batch-size", type=int, default=8, help="texts per forward pass")
+    dv.add_argument("--max-length", type=int, help="tokens per text, longer truncated and counted (default: model's)")
+    dv.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    dv.add_argument("--device", default="auto", help="auto: cuda when available, else cpu")
+    dv.set_defaults(func=cmd_diversity)
 
     rp = verbs.add_parser("report", help="tables, figures and REPORT.md from the workflow's result files")
     parts = rp.add_subparsers(dest="what", required=True)

@@ -25,10 +25,40 @@ def data_file(config: dict, dataset: str) -> str:
     return f"{results_dir(config)}/data/{dataset}.parquet"
 
 
+def released(config: dict) -> dict:
+    """``config["released"]``: models that are only evaluated (v2's Table 1), as released on the hub, never trained.
+    A key may not also be a trained model's."""
+    out = config.get("released") or {}
+    both = sorted(set(out) & set(config["models"]))
+    if both:
+        raise ConfigError(f"config: released.{both[0]} is also a key of models: a model is trained or released")
+    for key, spec in out.items():
+        if not spec.get("path") and spec.get("build") != "tiny":
+            raise ConfigError(f"config: released.{key}: give its path (a hub id or directory)")
+        unknown = sorted(set(spec.get("benchmarks") or ()) - set(config["data"]["benchmarks"]))
+        if unknown:
+            raise ConfigError(f"config: released.{key}.benchmarks: {unknown[0]!r} is not a key of data.benchmarks")
+    return out
+
+
+def model_spec(config: dict, model: str) -> dict:
+    """A trained model's spec (``models.<model>``) or a released one's (``released.<model>``)."""
+    return config["models"][model] if model in config["models"] else released(config)[model]
+
+
 def model_path(config: dict, model: str) -> str:
     """A hub id or directory; a tiny model is built by the workflow."""
-    spec = config["models"][model]
+    spec = model_spec(config, model)
     return f"{results_dir(config)}/models/{model}" if spec.get("build") == "tiny" else spec["path"]
+
+
+def chat_template_source(config: dict, model: str) -> str | None:
+    """Whose chat template renders a released model's prompts: None for its own ("own"), the first trained
+    model's for "v2" (the template v2's own models use), or the given tokenizer (hub id or directory)."""
+    choice = released(config)[model].get("chat_template", "own")
+    if choice == "own":
+        return None
+    return model_path(config, next(iter(config["models"]))) if choice == "v2" else choice
 
 
 def sweep_value_name(value) -> str:
@@ -43,8 +73,18 @@ def methods(config: dict) -> dict:
     ``algorithm.options.beta``, ``train.trainer.reference_reset_every``) is that value and whose label is the
     method's label with ``{value}`` filled in. Each keeps ``swept: {sweep, key, label, value}`` for the report."""
     out = {}
+    included = {}  # method → the sweep that also draws it, at its own value of the sweep's key
+    for name, spec in config["methods"].items():
+        for member in (spec.get("sweep") or {}).get("include", ()):
+            if member not in config["methods"] or config["methods"][member].get("sweep") or member in included:
+                raise ConfigError(f"config: methods.{name}.sweep.include: {member!r} must be a method of its own, "
+                                  "outside every sweep, included once")  # fmt: skip
+            included[member] = name
     for name, spec in config["methods"].items():
         sweep = spec.get("sweep")
+        if name in included:
+            out[name] = {**spec, "swept": _included(config, included[name], name)}
+            continue
         if not sweep:
             out[name] = spec
             continue
@@ -62,7 +102,7 @@ def methods(config: dict) -> dict:
             setting = value
             for part in reversed(path):
                 setting = {part: setting}
-            method = merged({k: v for k, v in spec.items() if k != "sweep"}, setting)
+            method = merged({k: v for k, v in spec.items() if k != "sweep"}, setting)  # its models and checkpoints too
             method["label"] = spec["label"].replace("{value}", sweep_value_name(value))
             method["swept"] = {
                 "sweep": name,
@@ -72,6 +112,33 @@ def methods(config: dict) -> dict:
             }
             out[key] = method
     return out
+
+
+def _included(config: dict, sweep_name: str, name: str) -> dict:
+    """The ``swept`` record of ``name``, a method of its own that sweep ``sweep_name`` includes: its value of the
+    sweep's key. It must train as the sweep would at that value (same algorithm and train keys) on every model
+    the sweep trains, at a value the sweep does not also run."""
+    spec, owner = config["methods"][name], config["methods"][sweep_name]
+    sweep, where = owner["sweep"], f"config: methods.{sweep_name}.sweep.include: methods.{name}"
+    value = spec
+    for part in sweep["key"].split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(f"{where} must set {sweep['key']} itself (its point on the sweep's axis)")
+        value = value[part]
+    if value in sweep["values"]:
+        raise ConfigError(f"{where}: its {sweep['key']} {value!r} is one of the sweep's values (two points at one x)")
+    setting = value
+    for part in reversed(sweep["key"].split(".")):
+        setting = {part: setting}
+    member = merged({k: v for k, v in owner.items() if k != "sweep"}, setting)
+    for key in ("algorithm", "train"):
+        if (member.get(key) or {}) != (spec.get(key) or {}):
+            raise ConfigError(f"{where}: its {key} differs from the sweep's at {sweep['key']} {value!r} "
+                              f"({spec.get(key)} against {member.get(key)}): it is no point of the sweep")  # fmt: skip
+    if spec.get("models") is not None and not set(owner.get("models") or config["models"]) <= set(spec["models"]):
+        raise ConfigError(f"{where}: it does not train every model the sweep trains")
+    return {"sweep": sweep_name, "key": sweep["key"], "label": sweep.get("label", sweep["key"].split(".")[-1]),
+            "value": value}
 
 
 def run_config(config: dict, model: str, method: str) -> dict:
@@ -93,26 +160,55 @@ def run_config(config: dict, model: str, method: str) -> dict:
         raise ConfigError(f"config: train / models.{model}.train / methods.{method} (run {model}/{method}): {e}") from e
 
 
+def trains(config: dict, model: str, method: str, spec: dict | None = None) -> bool:
+    """Whether ``method`` trains ``model``: every model, unless the method lists its ``models``."""
+    spec = methods(config)[method] if spec is None else spec
+    listed = spec.get("models")
+    unknown = sorted(set(listed or ()) - set(config["models"]))
+    if unknown:
+        raise ConfigError(f"config: methods.{method}.models: {unknown[0]!r} is not a key of models")
+    return listed is None or model in listed
+
+
 def run_configs(config: dict) -> dict:
-    """``{(model, method): resolved run config}`` for every model and method (sweeps expanded), in config order."""
+    """``{(model, method): resolved run config}`` for every model and method (sweeps expanded) that trains it
+    (``methods.<method>.models``), in config order."""
+    expanded = methods(config)
     return {(model, method): run_config(config, model, method) for model in config["models"]
-            for method in methods(config)}  # fmt: skip
+            for method, spec in expanded.items() if trains(config, model, method, spec)}  # fmt: skip
 
 
-def kept_weights(config: dict, run: dict) -> list[int]:
+def kept_weights(config: dict, run: dict, method: str | None = None) -> list[int]:
     """The checkpoint steps of ``run`` whose HF weights must outlive retention: those its evaluations read, and
     any its own ``checkpoint.keep_weights`` names."""
-    steps = {s for b in config["data"]["benchmarks"] for s in eval_steps(config, run, b)}
+    steps = {s for b in config["data"]["benchmarks"] for s in eval_steps(config, run, b, method)}
     return sorted(steps | set(run["checkpoint"]["keep_weights"] or ()))
 
 
-def eval_steps(config: dict, run: dict, benchmark: str | None = None) -> list[int]:
-    """The checkpoint steps of ``run`` to evaluate on ``benchmark``: its own ``checkpoints``, else
-    ``eval.checkpoints`` ("last": the final step) and every ``eval.every``-th step. Each must be a checkpoint
-    the run saves: a multiple of checkpoint.save_every, or the last step."""
+def evaluates(config: dict, benchmark: str, model: str) -> bool:
+    """Whether ``benchmark`` evaluates ``model`` (its base, runs and, for a released model, the model): every
+    trained model unless the benchmark lists its ``models``; a released model on every benchmark that is not
+    out of domain, unless it lists its ``benchmarks``."""
+    spec = config["data"]["benchmarks"][benchmark]
+    if model in released(config):
+        listed = released(config)[model].get("benchmarks")
+        return benchmark in listed if listed is not None else not spec.get("out_of_domain")
+    listed = spec.get("models")
+    unknown = sorted(set(listed or ()) - set(config["models"]))
+    if unknown:
+        raise ConfigError(f"config: data.benchmarks.{benchmark}.models: {unknown[0]!r} is not a key of models")
+    return listed is None or model in listed
+
+
+def eval_steps(config: dict, run: dict, benchmark: str | None = None, method: str | None = None) -> list[int]:
+    """The checkpoint steps of ``run`` to evaluate on ``benchmark``: the benchmark's own ``checkpoints``, else
+    the method's, else ``eval.checkpoints`` ("last": the final step) and every ``eval.every``-th step. Each
+    must be a checkpoint the run saves: a multiple of checkpoint.save_every, or the last step."""
     last, ckpt = run["trainer"]["total_steps"], run["checkpoint"]
     own = config["data"]["benchmarks"].get(benchmark, {}).get("checkpoints") if benchmark else None
     where = f"data.benchmarks.{benchmark}.checkpoints" if own else "eval.checkpoints / eval.every"
+    if not own and method and methods(config)[method].get("checkpoints"):
+        own, where = methods(config)[method]["checkpoints"], f"methods.{method}.checkpoints"
     selected = own or config["eval"]["checkpoints"]
     every = None if own else config["eval"].get("every")
     steps = {last if s == "last" else int(s) for s in selected} | set(range(every, last + 1, every) if every else ())
@@ -124,15 +220,40 @@ def eval_steps(config: dict, run: dict, benchmark: str | None = None) -> list[in
 
 
 def evaluations(config: dict, runs: dict) -> list[dict]:
-    """Every evaluation job: ``{model, method, step, benchmark}``; the base model is method "base", step 0."""
+    """Every evaluation job: ``{model, method, step, benchmark}``; the base model is method "base", step 0, and
+    a released model method "released", step 0. A benchmark evaluates the models it lists (``evaluates``)."""
     benchmarks = config["data"]["benchmarks"]
-    base = [{"model": m, "method": "base", "step": 0, "benchmark": b} for m in config["models"] for b in benchmarks]
-    return base + [
+    base = [{"model": m, "method": "base", "step": 0, "benchmark": b} for m in config["models"] for b in benchmarks
+            if evaluates(config, b, m)]  # fmt: skip
+    trained = [
         {"model": model, "method": method, "step": step, "benchmark": b}
         for (model, method), run in runs.items()
         for b in benchmarks
-        for step in eval_steps(config, run, b)
+        if evaluates(config, b, model)
+        for step in eval_steps(config, run, b, method)
     ]
+    as_released = [{"model": m, "method": "released", "step": 0, "benchmark": b} for m in released(config)
+                   for b in benchmarks if evaluates(config, b, m)]  # fmt: skip
+    return base + trained + as_released
+
+
+def eval_config_name(config: dict, evaluation: dict) -> str:
+    """The stem of an evaluation's settings file under configs/: ``eval_<benchmark>``, a released model's
+    ``eval_<benchmark>_<model>`` (its own tensor-parallel size and chat template)."""
+    e = evaluation
+    return f"eval_{e['benchmark']}_{e['model']}" if e["model"] in released(config) else f"eval_{e['benchmark']}"
+
+
+def eval_gpus(config: dict, evaluation: dict) -> int:
+    """GPUs of one evaluation job: resources.evaluate.gpu, or more for a released model whose
+    ``tensor_parallel_size`` is larger (vLLM splits it over that many)."""
+    r = config["resources"]
+    gpus = int({**r.get("default", {}), **r.get("evaluate", {})}.get("gpu") or 0)
+    spec = released(config).get(evaluation["model"])
+    if not spec or not gpus:
+        return gpus
+    tp = spec.get("tensor_parallel_size") or config["eval"]["settings"].get("vllm", {}).get("tensor_parallel_size")
+    return max(gpus, int(tp or 1))
 
 
 def eval_dtype(config: dict, runs: dict) -> str:
@@ -148,15 +269,58 @@ def eval_dtype(config: dict, runs: dict) -> str:
     return computed[0]
 
 
-def eval_settings(config: dict, benchmark: str, runs: dict) -> dict:
-    """``pacs evaluate``'s config for ``benchmark``: eval.settings with the benchmark's n and limit and the
-    experiment's one evaluation dtype (``eval_dtype``), resolved."""
+def eval_settings(config: dict, benchmark: str, runs: dict, model: str | None = None) -> dict:
+    """``pacs evaluate``'s config for ``benchmark``: eval.settings updated by the benchmark's own ``settings``,
+    with its n and limit and the experiment's one evaluation dtype (``eval_dtype``), resolved; for a released
+    ``model``, with its tensor-parallel size and chat template."""
     spec = config["data"]["benchmarks"][benchmark]
-    settings = {**config["eval"]["settings"], "n": spec["n"], "limit": spec.get("limit"),
-                "dtype": eval_dtype(config, runs)}  # fmt: skip
+    settings = {**merged(config["eval"]["settings"], spec.get("settings") or {}), "n": spec["n"],
+                "limit": spec.get("limit"), "dtype": eval_dtype(config, runs)}  # fmt: skip
+    where = f"config: eval.settings / data.benchmarks.{benchmark}.settings"
     if config["data"].get("chat_template_kwargs"):
         settings["chat_template_kwargs"] = config["data"]["chat_template_kwargs"]
-    return to_dict(from_dict(EvalConfig, settings, f"config: eval.settings (benchmark {benchmark})"))
+    if model in released(config):
+        own = released(config)[model]
+        if own.get("tensor_parallel_size"):
+            settings["vllm"] = {**settings.get("vllm", {}), "tensor_parallel_size": own["tensor_parallel_size"]}
+        settings["chat_template"] = chat_template_source(config, model)
+        where += f" (released.{model})"
+    resolved = to_dict(from_dict(EvalConfig, settings, where))
+    if resolved["chat_template"] is None:  # unset, as settings files written before the key had it
+        del resolved["chat_template"]
+    return resolved
+
+
+def evaluation_settings(config: dict, runs: dict) -> dict[str, dict]:
+    """``{eval_config_name: settings}`` of every evaluation (``eval_config_name``, ``eval_settings``)."""
+    out = {}
+    for e in evaluations(config, runs):
+        name = eval_config_name(config, e)
+        if name not in out:
+            out[name] = eval_settings(config, e["benchmark"], runs, e["model"] if e["method"] == "released" else None)
+    for bench in config["data"]["benchmarks"]:  # a benchmark no model is evaluated on still has its file
+        out.setdefault(f"eval_{bench}", eval_settings(config, bench, runs))
+    return out
+
+
+def diversity_jobs(config: dict, runs: dict) -> list[dict]:
+    """One diversity measurement (v2's Table 3) per trained model and ``diversity.benchmarks`` benchmark:
+    ``{model, benchmark, evaluations: {method: evaluation}}`` over its base model and every run, each at the
+    last step evaluated on it."""
+    spec = config.get("diversity") or {}
+    jobs = []
+    for bench in spec.get("benchmarks") or ():
+        if bench not in config["data"]["benchmarks"]:
+            raise ConfigError(f"config: diversity.benchmarks: {bench!r} is not a key of data.benchmarks")
+        for model in config["models"]:
+            last: dict[str, dict] = {}
+            for e in evaluations(config, runs):
+                if (e["model"], e["benchmark"]) == (model, bench) and e["method"] != "released":
+                    if e["method"] not in last or e["step"] > last[e["method"]]["step"]:
+                        last[e["method"]] = e
+            if last:
+                jobs.append({"model": model, "benchmark": bench, "evaluations": last})
+    return jobs
 
 
 def plan(config: dict, runs: dict | None = None):
@@ -165,7 +329,7 @@ def plan(config: dict, runs: dict | None = None):
     from pacs.plan.jobs import plan_experiment
 
     runs = run_configs(config) if runs is None else runs
-    settings = {b: eval_settings(config, b, runs) for b in config["data"]["benchmarks"]}
+    settings = evaluation_settings(config, runs)
     estimated = plan_experiment(config, runs, evaluations(config, runs), settings)
     measured = measured_preflights(config, preflight_specs(config, runs, estimated))
     if not measured:

@@ -125,3 +125,83 @@ def test_every_evaluation_of_an_experiment_runs_in_one_dtype():
     config["methods"]["grpo"]["train"] = {"model": {"dtype": "bfloat16"}}
     with pytest.raises(ConfigError, match="eval.settings.dtype auto: the runs compute in bfloat16 and float32"):
         experiment.eval_settings(config, "toy_heldout", experiment.run_configs(config))
+
+
+def v2(*overlays: str) -> dict:
+    config = yaml.safe_load((REPO / "config/paper_v2.yaml").read_text())
+    for name in overlays:
+        config = experiment.merged(config, yaml.safe_load((REPO / "config" / name).read_text()))
+    return config
+
+
+def test_the_v2_experiment_evaluates_out_of_domain_released_models_and_diversity():
+    """Figure 6 on Qwen3-8B only (its base and final checkpoints, at the toolkit's sample counts and 30 s tests),
+    Table 1's seven released models on the five benchmarks in domain, each in its own settings file, and
+    Table 3's diversity of every method's last evaluation on AIME 2024 and 2025."""
+    config = v2()
+    runs = experiment.run_configs(config)
+    evaluations = experiment.evaluations(config, runs)
+    ood = {(e["model"], e["method"], e["step"]) for e in evaluations if e["benchmark"] == "livecodebench"}
+    runs_8b = {("qwen3-8b", m, 320) for m in ("ppo", "grpo", "pacs", "pacs_no_weight")}
+    assert ood == {("qwen3-8b", "base", 0)} | runs_8b
+    released = [e for e in evaluations if e["method"] == "released"]
+    assert len(released) == 7 * 5 and {e["benchmark"] for e in released} == {
+        "math500", "amc23", "aime2024", "aime2025", "beyondaime"}  # fmt: skip
+    settings = experiment.evaluation_settings(config, runs)
+    lcb, gpqa = settings["eval_livecodebench"], settings["eval_gpqa"]
+    assert (lcb["n"], lcb["code"]["timeout_profile"]) == (2, "glm45")
+    assert (lcb["temperature"], lcb["max_tokens"]) == (0.6, 8192)
+    assert gpqa["n"] == 8 and "chat_template" not in settings["eval_math500"]  # unset: files as before the key
+    assert "chat_template" not in settings["eval_aime2024_limo"]  # its own template (choice)
+    with_v2 = experiment.merged(config, {"released": {"limo": {"chat_template": "v2", "tensor_parallel_size": 2}}})
+    limo = experiment.evaluation_settings(with_v2, runs)["eval_aime2024_limo"]
+    assert limo["chat_template"] == "Qwen/Qwen3-4B" and limo["vllm"]["tensor_parallel_size"] == 2
+    assert experiment.eval_gpus(with_v2, {"model": "limo"}) == 2
+    assert experiment.eval_gpus(with_v2, {"model": "qwen3-8b"}) == 1
+    jobs = experiment.diversity_jobs(config, runs)
+    assert [(j["model"], j["benchmark"]) for j in jobs] == [(m, b) for b in ("aime2024", "aime2025")
+                                                            for m in ("qwen3-4b", "qwen3-8b")]  # fmt: skip
+    assert {m: e["step"] for m, e in jobs[1]["evaluations"].items()} == {
+        "base": 0, "ppo": 320, "grpo": 320, "pacs": 320, "pacs_no_weight": 320}  # fmt: skip
+
+
+def test_the_ablation_overlay_adds_qwen3_4b_runs_drawn_with_pacs_on_the_beta_axis():
+    config = v2("paper_v2_ablations.yaml")
+    runs = experiment.run_configs(config)
+    added = sorted(set(runs) - set(experiment.run_configs(v2())))
+    assert added == sorted(("qwen3-4b", m) for m in ("pacs_beta_0.1", "pacs_beta_0.5", "pacs_beta_2", "pacs_beta_10",
+                                                     "pacs_grpo_score", "pacs_drgrpo_score"))  # fmt: skip
+    options = {m: runs[("qwen3-4b", m)]["algorithm"]["options"] for _, m in added}
+    assert [options[f"pacs_beta_{v}"]["beta"] for v in ("0.1", "0.5", "2", "10")] == [0.1, 0.5, 2.0, 10.0]
+    assert (options["pacs_grpo_score"]["score"], options["pacs_grpo_score"]["norm_by_std"]) == ("grpo", True)
+    assert (options["pacs_drgrpo_score"]["score"], options["pacs_drgrpo_score"]["norm_by_std"]) == ("grpo", False)
+    assert all(o["reward_proxy"] == "reference" for o in options.values())
+    assert all(runs[("qwen3-4b", m)]["trainer"]["reference_reset_every"] == 20 for _, m in added)
+    swept = {m: s["swept"]["value"] for m, s in experiment.methods(config).items() if s.get("swept")}
+    assert swept == {"pacs": 1.0, "pacs_beta_0.1": 0.1, "pacs_beta_0.5": 0.5, "pacs_beta_2": 2.0, "pacs_beta_10": 10.0}
+    steps = {e["step"] for e in experiment.evaluations(config, runs) if e["method"] == "pacs_grpo_score"}
+    assert steps == {120}  # the method's own checkpoints: its last only, not eval.every
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"released": {"tiny": {"path": "x", "label": "x"}}}, "released.tiny is also a key of models"),
+        ({"released": {"r": {"label": "x"}}}, "released.r: give its path"),
+        ({"methods": {"grpo": {"models": ["qwen"]}}}, "methods.grpo.models: 'qwen' is not a key of models"),
+        ({"data": {"benchmarks": {"toy_heldout": {"models": ["qwen"]}}}}, "data.benchmarks.toy_heldout.models"),
+        ({"methods": {"pacs_beta": {"sweep": {"include": ["grpo"]}}}}, "methods.grpo must set algorithm.options.beta"),
+        ({"methods": {"pacs_beta": {"sweep": {"include": ["nope"]}}}}, "sweep.include: 'nope' must be a method"),
+        # tiny's PACS takes one update per step, its β sweep two: β = 1 of PACS is no point of that sweep
+        ({"methods": {"pacs_beta": {"sweep": {"include": ["pacs"]}}}}, "methods.pacs: its train differs"),
+        ({"methods": {"pacs_beta": {"sweep": {"include": ["pacs"], "values": [1.0]}}}}, "one of the sweep's values"),
+        ({"released": {"r": {"path": "x", "label": "x", "benchmarks": ["aime"]}}}, "released.r.benchmarks: 'aime'"),
+        ({"diversity": {"benchmarks": ["aime"]}}, "diversity.benchmarks: 'aime' is not a key of data.benchmarks"),
+    ],
+)
+def test_a_bad_released_model_restriction_or_include_is_an_error_naming_its_key(change, named):
+    config = experiment.merged(tiny(), change)
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.").replace("(", r"\(")):
+        runs = experiment.run_configs(config)
+        experiment.evaluations(config, runs)
+        experiment.diversity_jobs(config, runs)

@@ -65,6 +65,8 @@ def tiny_config(**changes) -> dict:
     config = yaml.safe_load((REPO / "config/tiny.yaml").read_text())
     config["models"] = {"m": {"label": "M", "path": "org/m", "shape": SHAPE}}
     config["methods"] = {k: config["methods"][k] for k in ("ppo", "pacs")}
+    config["data"]["benchmarks"] = {"toy_heldout": config["data"]["benchmarks"]["toy_heldout"]}
+    config["released"], config["diversity"] = {}, {}
     config["train"]["rollout"] = {"n": 8, "max_response_length": 16, "engine": "vllm"}
     config["train"]["data"] = {"max_prompt_length": 16}
     config["train"]["trainer"] = {
@@ -351,3 +353,24 @@ def test_the_plan_names_the_fewest_layers_that_must_recompute_and_training_recom
         grads[k] = {name: p.grad for name, p in model.named_parameters()}
     for name, grad in grads[None].items():
         torch.testing.assert_close(grads[1][name], grad, msg=name)
+
+
+def test_released_models_are_planned_on_their_own_gpus_and_limo_needs_two_h100s_or_one_h200():
+    """v2's Table 1 models are evaluation jobs of the plan, each on its architecture; LIMO (Qwen2.5-32B) on one
+    H100 leaves vLLM too little KV cache to run at speed (an error naming its tensor_parallel_size), on two
+    H100s or one H200 it fits."""
+    config = yaml.safe_load((REPO / "config/paper_v2.yaml").read_text())
+    plan = experiment.plan(config)
+    released = [j for j in plan.jobs if "/released/" in j.name]
+    assert len(released) == 35 and not [e for e in plan.errors if "/released/" in e]
+    limo = plan.job("evaluate/limo/released/step_000000/aime2024")
+    assert limo.memory["kv_cache"]["weights"] > 60e9 and limo.gpus == 1  # 32.8 B parameters in bf16, one H200
+    on_h100 = experiment.merged(config, {"plan": {"gpu": "h100"}})
+    errors = [e for e in experiment.plan(on_h100).errors if "/released/" in e]
+    assert len(errors) == 5 and all(e.startswith("evaluate/limo/") for e in errors)
+    assert "change released.limo.tensor_parallel_size" in errors[0] and "the 8 sequences at once" in errors[0]
+    two = experiment.plan(experiment.merged(on_h100, {"released": {"limo": {"tensor_parallel_size": 2}}}))
+    job = two.job("evaluate/limo/released/step_000000/aime2024")
+    assert not [e for e in two.errors if "/released/" in e] and job.gpus == 2
+    assert job.memory["kv_cache"]["weights"] == pytest.approx(limo.memory["kv_cache"]["weights"] / 2, rel=1e-6)
+    assert job.seconds < limo.seconds < job.gpu_hours * 3600  # two GPUs: sooner, and more GPU-hours (two start-ups)

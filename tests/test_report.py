@@ -112,8 +112,9 @@ def test_report_verbs_write_tables_figures_and_report(manifest, tmp_path):
 
 def test_each_paper_version_has_its_published_numbers(manifest, tmp_path):
     v1, v2 = published_for("v1"), published_for("v2")
-    assert len(v1) == 216 and len(v2) == 300 + 102
+    assert len(v1) == 216 and len(v2) == 300 + 102 + 8  # v2: its tables, App. D.3 and Table 1, Figure 6
     cell = v2.set_index(["model", "method", "benchmark", "k"])["pass_at_k"]
+    assert (cell[("Qwen3-8B", "PACS", "LiveCodeBench", 1)], cell[("Qwen3-8B", "Base", "GPQA", 1)]) == (45.96, 48.04)
     # the prose of v2: 8B BeyondAIME pass@64, PACS 64.02 against GRPO 57.64
     assert (cell[("Qwen3-8B", "PACS", "BeyondAIME", 64)], cell[("Qwen3-8B", "GRPO", "BeyondAIME", 64)]) == (
         64.02,
@@ -214,3 +215,43 @@ def test_every_figure_and_table_name_describes_itself(tmp_path):
         f"q2.5{full}.{suffix}" for full in ("", "_full") for suffix in ("csv", "md", "tex", "html")}  # fmt: skip
     assert {p.name for p in written} >= {"passk_q2.5_aime2024.png", "passk_q2.5_aime2024.pdf"}
     assert tables.describe("significance", manifest)["table"] == "paired differences between methods"
+
+
+def test_v2_pages_put_ours_beside_the_published_cells(tmp_path):
+    """Figure 6's table, Table 1 and the PACS variants from a pass@k table written here: each cell ours with its
+    interval and the paper's where the names match; Table 1's Avg. only over rows with every benchmark."""
+    from pacs.report.collect import published_for
+    from pacs.report.sections import all_sections
+
+    manifest = {
+        "models": {"q8": {"label": "Q8", "published_as": "Qwen3-8B", "released": False},
+                   "limo": {"label": "LIMO", "published_as": "LIMO", "released": True}},
+        "methods": {"base": {"label": "Base", "published_as": "Base", "algorithm": None},
+                    "released": {"label": "As released", "published_as": "as-released", "algorithm": None},
+                    "pacs": {"label": "PACS", "published_as": "PACS", "algorithm": "pacs"},
+                    "pacs_grpo": {"label": "PACS (GRPO score)", "published_as": "PACS-GRPO-adv", "algorithm": "pacs"}},
+        "benchmarks": {"aime2024": {"label": "AIME 2024", "published_as": "AIME24", "ks": [1]},
+                       "amc23": {"label": "AMC23", "published_as": "AMC23", "ks": [1]},
+                       "lcb": {"label": "LiveCodeBench", "published_as": "LiveCodeBench", "ks": [1],
+                               "out_of_domain": True}},
+    }  # fmt: skip
+    rows = [("q8", "base", 0, "aime2024", 40.0), ("q8", "base", 0, "amc23", 80.0), ("q8", "base", 0, "lcb", 30.0),
+            ("q8", "pacs", 9, "aime2024", 50.0), ("q8", "pacs", 9, "amc23", 90.0), ("q8", "pacs", 9, "lcb", 44.0),
+            ("q8", "pacs_grpo", 9, "aime2024", 48.0), ("limo", "released", 0, "aime2024", 55.0)]  # fmt: skip
+    table = pd.DataFrame([{"model": m, "method": k, "step": s, "benchmark": b, "k": 1, "pass_at_k": v,
+                           "ci_low": v - 1, "ci_high": v + 1} for m, k, s, b, v in rows])  # fmt: skip
+    written = all_sections(table, manifest, published_for("v2"), tmp_path)
+    assert {p.name for p in written} >= {"out_of_domain_q8.csv", "released.csv", "variants_q8.html"}
+    ood = pd.read_csv(tmp_path / "out_of_domain_q8.csv").set_index("method")
+    assert list(ood["benchmark"]) == ["lcb", "lcb"] and ood.loc["pacs", "published"] == 45.96
+    assert ood.loc["pacs", "delta"] == pytest.approx(44.0 - 45.96) and ood.loc["base", "published"] == 31.06
+    released = pd.read_csv(tmp_path / "released.csv")
+    limo = released[released["row"] == "LIMO, As released"].set_index("benchmark")
+    assert limo.loc["aime2024", "ours"] == 55.0 and not pd.isna(limo.loc["aime2024", "published"])
+    assert pd.isna(limo.loc["average", "ours"])  # no AMC23 evaluation: no Avg.
+    pacs = released[released["row"] == "Q8, PACS"].set_index("benchmark")
+    assert pacs.loc["average", "ours"] == 70.0 and "lcb" not in pacs.index  # the benchmarks in domain only
+    variants = pd.read_csv(tmp_path / "variants_q8.csv").set_index(["method", "benchmark"])
+    assert list(dict.fromkeys(variants.index.get_level_values("method"))) == ["pacs", "pacs_grpo"]
+    assert pd.isna(variants.loc[("pacs_grpo", "aime2024"), "published"])  # Tables 9–13 are Qwen3-4B's only
+    assert "44.00 [43.00, 45.00] (paper 45.96)" in (tmp_path / "out_of_domain_q8.md").read_text()

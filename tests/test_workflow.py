@@ -135,11 +135,13 @@ def test_the_paper_v2_dry_run(tmp_path):
     done = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "config/paper_v2.yaml"))
     assert done.returncode == 0, done.stderr[-3000:]
     evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20))  # benchmarks × (bases + runs × checkpoints)
+    evaluations += 2 * (1 + 4) + 7 * 5  # Figure 6: Qwen3-8B's base and 4 runs × 2; Table 1: 7 released × 5
     assert job_counts(done.stdout + done.stderr) == {
-        "prepare_dataset": 6,
+        "prepare_dataset": 8,  # with LiveCodeBench and GPQA
         "preflight_job": 6,  # PACS w/o weight shares PACS's
         "train_policy": 8,
         "evaluate_model": evaluations,
+        "measure_diversity": 4,  # Table 3: 2 models × AIME 2024 and 2025
         "collect_pass_at_k": 1,
         "make_tables": 1,
         "make_figures": 1,
@@ -170,6 +172,36 @@ def test_the_paper_v2_dry_run(tmp_path):
     assert "--dataset beyondaime --source hub --system-prompt 'You are a helpful assistant.'" in done.stdout
     manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
     assert manifest["paper"] == "v2" and "H200" in (tmp_path / "results/paper_v2/plan.md").read_text()
+    assert "--start-date 2024-07-01 --end-date 2025-01-01 --prompt-style glm_cot" in done.stdout.split(
+        "--dataset livecodebench --source hub --system-prompt 'You are a helpful assistant.'")[1].split("\n")[0]
+    code = yaml.safe_load((configs / "eval_livecodebench.yaml").read_text())
+    assert (code["n"], code["code"]["timeout_profile"]) == (2, "glm45")
+    assert manifest["benchmarks"]["gpqa"]["out_of_domain"]
+    released = {"qwen3-14b", "deepthought-8b", "eurus-2-7b-prime", "limo", "marco-o1", "openthinker3-7b", "sky-t1-7b"}
+    assert {m for m, s in manifest["models"].items() if s["released"]} == released
+    assert (configs / "eval_beyondaime_limo.yaml").is_file() and "--model GAIR/LIMO" in done.stdout
+    assert "--model Qwen/Qwen3-Embedding-0.6B --embed response" in done.stdout
+    assert [(d["model"], d["benchmark"]) for d in manifest["diversity"]][:2] == [("qwen3-4b", "aime2024"),
+                                                                                  ("qwen3-8b", "aime2024")]  # fmt: skip
+
+
+def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
+    """config/paper_v2_ablations.yaml adds Figure 4's β sweep and Tables 9–13's two score functions on Qwen3-4B:
+    6 runs more (β = 1 is the experiment's PACS), each evaluated at its last checkpoint on the 5 benchmarks, and
+    their preflight shared with PACS's; the plan counts their GPU-hours."""
+    files = [str(REPO / "config/paper_v2.yaml"), str(REPO / "config/paper_v2_ablations.yaml")]
+    done = snakemake(tmp_path, "-n", "--configfile", *files)
+    assert done.returncode == 0, done.stderr[-3000:]
+    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6 * 5,
+        "measure_diversity": 4, "collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
+        "all": 1}  # fmt: skip
+    plan = (tmp_path / "results/paper_v2/plan.md").read_text()
+    for method in ("pacs_beta_0.1", "pacs_beta_10", "pacs_grpo_score", "pacs_drgrpo_score"):
+        assert f"| train/qwen3-4b/{method} | 8 |" in plan and f"train/qwen3-8b/{method}" not in plan
+    manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
+    assert manifest["methods"]["pacs"]["sweep"]["value"] == 1.0  # drawn on the β axis
 
 
 def test_a_config_that_cannot_fit_its_gpus_stops_the_parse(tmp_path):
@@ -254,6 +286,7 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
     del config["models"]["tiny"]["build"]
     config["methods"] = {"pacs": config["methods"]["pacs"]}
+    config["released"], config["diversity"] = {}, {}  # evaluate-only models and diversity: the local run's
     config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
@@ -354,7 +387,49 @@ def test_tiny_experiment_end_to_end(tiny_run):
         want = cell[(r.method, "toy_heldout", r.k)] - cell[(r.against, "toy_heldout", r.k)]
         assert r.difference == pytest.approx(want, abs=1e-6)
     assert pairs["published_difference"].notna().any()  # the paper's own difference where it printed both
+    def final_step(method):
+        return 0 if method == "base" else 20
+
+    # v2's pages beyond pass@k. Figure 6 at tiny scale: every method out of domain, on the toy code task (run in
+    # the sandbox) and the toy multiple-choice task, each status counted; the main tables leave them out
+    assert not {"Toy code @1", "Toy multiple choice @1"} & set(main.columns)
+    ood = pd.read_csv(results / "tables" / "out_of_domain_tiny.csv")
+    assert set(ood["benchmark"]) == {"toy_code_heldout", "toy_choice_heldout"} and ood["method"].nunique() == 7
+    for r in ood.itertuples():
+        assert r.ours == pytest.approx(cell[(r.method, r.benchmark, 1)], abs=1e-4)
+        where = results / f"eval/tiny/{r.method}/step_{final_step(r.method):06d}/{r.benchmark}"
+        metrics = json.loads((where / "metrics.json").read_text())
+        assert metrics["task"] == {"toy_code_heldout": "code", "toy_choice_heldout": "choice"}[r.benchmark]
+        assert sum(metrics["statuses"].values()) == metrics["problems"] * metrics["samples_per_problem"] > 0
+    # Table 1: the evaluate-only model (random weights, seed 1) beside the trained model's Base and PACS
+    released = pd.read_csv(results / "tables" / "released.csv")
+    assert list(dict.fromkeys(released["row"])) == ["Tiny Qwen2 (random), As released", "Tiny Qwen2, Base",
+                                                    "Tiny Qwen2, PACS"]  # fmt: skip
+    random_model = released[(released["method"] == "released") & (released["benchmark"] == "toy_heldout")]
+    evaluated = table[(table["model"] == "tiny_random") & (table["k"] == 1)]
+    assert random_model["ours"].iloc[0] == pytest.approx(evaluated["pass_at_k"].iloc[0], abs=1e-4)
+    chat = yaml.safe_load((results / "configs/eval_toy_heldout_tiny_random.yaml").read_text())["chat_template"]
+    assert chat == "results/tiny/models/tiny"  # v2's template: the trained model's
+    # Figure 4 and Tables 9–13 at tiny scale: every PACS variant at every k of the tables
+    variants = pd.read_csv(results / "tables" / "variants_tiny.csv")
+    assert list(dict.fromkeys(variants["method"])) == ["pacs", "pacs_beta_0.5", "pacs_beta_2", "pacs_no_weight"]
+    # Table 3: S_div from the stored responses, embedded by the tiny embedding model; the toy task's correct
+    # answers of one problem are one string, so every method's S_div is 0 (the arithmetic: tests/test_diversity.py)
+    diversity = json.loads((results / "diversity/tiny/toy_heldout.json").read_text())["methods"]
+    assert set(diversity) == {"base", "ppo", "grpo", "pacs", "pacs_beta_0.5", "pacs_beta_2", "pacs_no_weight"}
+    for method, d in diversity.items():
+        responses = pd.read_parquet(results / f"eval/tiny/{method}/step_{final_step(method):06d}/toy_heldout/responses")
+        correct = responses[responses["status"] == "correct"].groupby("problem").size()
+        assert d["answers"] == correct.sum() and d["problems_used"] == (correct >= 2).sum()
+        assert d["problems_used"] + d["problems_skipped"] == 200 and d["s_div"] == pytest.approx(0, abs=1e-9)
+    shown = pd.read_csv(results / "tables" / "diversity_tiny.csv", index_col=0)
+    assert len(shown) == 7
+    for stem in ("ood_tiny", "diversity_tiny_toy_heldout"):
+        assert (results / "figures" / f"{stem}.png").stat().st_size > 1000
     report = (results / "REPORT.md").read_text()
+    for heading in ("Out of domain (v2's Figure 6)", "Released models (v2's Table 1)",
+                    "PACS variants (v2's Figure 4 and Tables 9–13)", "Diversity of correct answers (v2's Table 3)"):
+        assert f"## {heading}" in report, heading
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert "Differences between methods" in report and "| PACS − GRPO |" in report
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
@@ -385,9 +460,11 @@ def test_tiny_experiment_end_to_end(tiny_run):
         html = packed.read("report/report.html").decode()
     pngs = {p.name for p in (results / "figures").glob("*.png")}
     assert pngs <= names and {"significance.html", "comparison.html", "tiny.html", "tiny_full.html"} <= names
+    assert {"out_of_domain_tiny.html", "released.html", "variants_tiny.html", "diversity_tiny.html"} <= names
     for text in ("Pass@1 against training step", "Pass@k against a swept option", "Policy entropy against step",
-                 "Tables", "Toy addition", "AIME 2024", "PACS (β=0.5)",
-                 "paired differences between methods"):  # fmt: skip
+                 "Tables", "Toy addition", "AIME 2024", "PACS (β=0.5)", "paired differences between methods",
+                 "Pass@k out of domain", "Correct answers' embeddings (PCA)", "released models (v2 Table 1)",
+                 "out of domain (v2 Figure 6)", "diversity of correct answers (v2 Table 3)"):  # fmt: skip
         assert text in html or json.dumps(text)[1:-1] in html, text  # the report's data is JSON (β as \\u03b2)
 
 
@@ -395,18 +472,20 @@ def test_tiny_experiment_end_to_end(tiny_run):
 @pytest.mark.parametrize(
     "change, expected",
     [
-        # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks, and the
-        # toy task at step 10), the reports; not its preflight, which the learning rate does not change
+        # one run's hyperparameter: that training, its evaluations (last checkpoint × 5 benchmarks and 2 out of
+        # domain, and the toy task at step 10), its diversity, the reports; not its preflight, which the learning
+        # rate does not change
         (
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
-            {"train_policy": 1, "evaluate_model": 6},
+            {"train_policy": 1, "evaluate_model": 8, "measure_diversity": 1},
         ),  # fmt: skip
-        # the evaluation N of one benchmark: its evaluations (base + 6 runs × 2 checkpoints), the reports
-        ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 13}),
+        # the evaluation N of one benchmark: its evaluations (base + 6 runs × 2 checkpoints + the released model),
+        # the diversity measured on it, the reports
+        ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 14, "measure_diversity": 1}),
         # what a preflight measures (here GRPO's micro-batches): its preflight too, before the training
         (
             {"methods": {"grpo": {"train": {"trainer": {"micro_batch_size": 4}}}}},
-            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 6},
+            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 8, "measure_diversity": 1},
         ),  # fmt: skip
     ],
 )

@@ -15,6 +15,8 @@ class EvalConfig:
     max_tokens: int = 4096  # new tokens per sample
     # the chat template's own variables, e.g. Qwen3's {enable_thinking: true}; a template ignores unknown ones
     chat_template_kwargs: dict = field(default_factory=dict)
+    # another tokenizer (hub id or directory) whose chat template renders the prompts; null: the model's own
+    chat_template: str | None = None
     seed: int = 0  # each chunk samples with a seed derived from this and the chunk's number
     limit: int | None = None  # evaluate only the first `limit` problems (a quick subset)
     chunk_problems: int = 64  # problems generated and written together: the unit of resume

@@ -8,7 +8,8 @@ The output directory:
 - ``metrics.json``: pass@k and the rest (``pacs.eval.metrics``), recomputed from responses/ on every run.
 
 The dataset's ``task`` column says how answers are scored: math-verify against the gold (``eval.verifier``),
-or the program run on the row's tests in the sandbox (``eval.code``); one task per evaluated file.
+the program run on the row's tests in the sandbox (``eval.code``), or the letter of a multiple-choice answer
+line against the gold letter (``pacs.verify.choice``; ``extracted`` holds the letter); one task per file.
 
 Chunks are generated in order and each is written as soon as it is scored: a killed evaluation, run
 again, generates only the missing chunks; a finished one only recomputes its metrics.
@@ -107,10 +108,17 @@ def build_engine(kind: str, model: str, tokenizer, config: EvalConfig, longest_p
     return HFEngine(policy, tokenizer, stops, config.prompt_batch_size)
 
 
-def load_tokenizer(model: str):
+def load_tokenizer(model: str, chat_template: str | None = None):
+    """The model's tokenizer; with ``chat_template`` (a tokenizer's hub id or directory), that tokenizer's chat
+    template renders the prompts instead of the model's own (a released model evaluated in v2's template)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
+    if chat_template:
+        borrowed = AutoTokenizer.from_pretrained(chat_template).chat_template
+        if not borrowed:
+            raise ValueError(f"eval.chat_template {chat_template}: that tokenizer has no chat template")
+        tokenizer.chat_template = borrowed
     if not tokenizer.chat_template:
         raise ValueError(f"{model}: the tokenizer has no chat template, and prompts are chat messages")
     return tokenizer
@@ -131,7 +139,8 @@ def evaluate(
     engine_kind = resolve_engine(config.engine)
     model_id = str(Path(model).resolve()) if Path(model).exists() else str(model)
     identity = {"model": model_id, "data": str(Path(data).resolve()), "engine": engine_kind, "eval": to_dict(config)}
-    resumable = RESUMABLE_KEYS + (("eval.code",) if task == "math" else ())  # no math score depends on it
+    # the verifier settings no score of the task depends on
+    resumable = RESUMABLE_KEYS + {"math": ("eval.code",), "choice": ("eval.code", "eval.verifier")}.get(task, ())
     out.mkdir(parents=True, exist_ok=True)
     if restart and config_changes(out / "config.yaml", identity, resumable):
         shutil.rmtree(out / "responses", ignore_errors=True)
@@ -164,7 +173,7 @@ def evaluate(
 def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], out: Path, config: EvalConfig,
                      engine_kind: str, task: str, log: Callable[[str], None]) -> float:  # fmt: skip
     """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds."""
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(model, config.chat_template)
     prompts = [prompt_token_ids(tokenizer, chunk["prompt"], config.chat_template_kwargs) for chunk in chunks]
     # the pool first: a required isolation (eval.code.isolation) that this machine lacks fails before the model loads
     with VerifierPool(config.verifier, workers=config.verifier_workers, code=config.code) as pool:

@@ -35,6 +35,18 @@ SHAPES = {
     "qwen3-8b": {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                  "tie_word_embeddings": False},
+    # the released models of v2's Table 1 that are only evaluated (config/paper_v2.yaml, released): their base
+    # architectures' config.json (Qwen3-14B; LIMO: Qwen2.5-32B-Instruct; Deepthought-8B: Llama-3.1-8B; the
+    # 7B ones are Qwen2 / Qwen2.5(-Math)-7B, the qwen2.5-7b shape)
+    "qwen3-14b": {"model_type": "qwen3", "hidden_size": 5120, "intermediate_size": 17408, "num_hidden_layers": 40,
+                  "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                  "tie_word_embeddings": False},
+    "qwen2.5-32b": {"hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
+                    "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064,
+                    "tie_word_embeddings": False},
+    "llama3.1-8b": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                    "tie_word_embeddings": False},
     # pacs.models.tiny's model (TinyModelConfig's defaults); its vocabulary is the tokenizer's, at most this
     "tiny": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 2,
              "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": True},
@@ -58,8 +70,13 @@ SIZE_KEYS = (
 HUB_IDS = {**{f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
               for size in ("0.5B", "1.5B", "3B", "7B") for kind in ("", "-Instruct")},
            **{f"Qwen/Qwen3-{size}{kind}": f"qwen3-{size.lower()}"
-              for size in ("4B", "8B") for kind in ("", "-Base")}}  # fmt: skip
+              for size in ("4B", "8B") for kind in ("", "-Base")},
+           "Qwen/Qwen3-14B": "qwen3-14b", "GAIR/LIMO": "qwen2.5-32b",
+           "ruliad/deepthought-8b-llama-v0.01-alpha": "llama3.1-8b", "PRIME-RL/Eurus-2-7B-PRIME": "qwen2.5-7b",
+           "AIDC-AI/Marco-o1": "qwen2.5-7b", "open-thoughts/OpenThinker3-7B": "qwen2.5-7b",
+           "NovaSky-AI/Sky-T1-7B": "qwen2.5-7b"}  # fmt: skip
 OPTIONAL_KEYS = {"head_dim": None, "model_type": "qwen2"}
+PLANNED_TYPES = (*_ARCHITECTURES, "llama")  # what the plan sizes; only Qwen2 and Qwen3 are built here
 
 
 def model_config(name: str, **overrides):
@@ -70,7 +87,10 @@ def model_config(name: str, **overrides):
     if name not in SHAPES:
         raise ValueError(f"unknown model shape {name!r}; known: {', '.join(SHAPES)}")
     keys = {**OPTIONAL_KEYS, **SHAPES[name]}
-    kind = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}[keys.pop("model_type")]
+    kinds = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}
+    if keys["model_type"] not in kinds:
+        raise ValueError(f"model shape {name}: a {keys['model_type']} model is planned, not built here (Qwen2, Qwen3)")
+    kind = kinds[keys.pop("model_type")]
     if keys["head_dim"] is None:
         del keys["head_dim"]
     unknown = set(overrides) - set(kind().to_dict())
@@ -103,9 +123,9 @@ def model_shape(spec: dict, where: str) -> SimpleNamespace:
             raise ValueError(f"{where}.shape: needs the keys {', '.join(SIZE_KEYS)} (head_dim, model_type "
                              f"optional); missing {sorted(missing)}, unknown {sorted(unknown)}")  # fmt: skip
         shape = {**OPTIONAL_KEYS, **shape}
-        if shape["model_type"] not in _ARCHITECTURES:
+        if shape["model_type"] not in PLANNED_TYPES:
             raise ValueError(f"{where}.shape: model_type {shape['model_type']!r} is not one the plan knows "
-                             f"({', '.join(_ARCHITECTURES)})")  # fmt: skip
+                             f"({', '.join(PLANNED_TYPES)})")  # fmt: skip
         return SimpleNamespace(**shape)
     raise ValueError(
         f"{where}: the architecture of {path!r} is not known offline; set {where}.shape to one of "

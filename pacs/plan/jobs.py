@@ -29,7 +29,8 @@ from pacs.plan.memory import PHASES, dims, evaluation_memory, training_memory
 MEAN_PROMPT_TOKENS = 128
 # test-split sizes of the benchmarks (the hub datasets pacs.data.sources names), and the toy task's default
 PROBLEMS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319, "beyondaime": 100,
-            "toy_heldout": HELDOUT_SIZE}  # fmt: skip
+            "gpqa": 198, "toy_heldout": HELDOUT_SIZE, "toy_code_heldout": HELDOUT_SIZE,
+            "toy_choice_heldout": HELDOUT_SIZE}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -231,12 +232,18 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
     _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 
-def _check_kv(job: Job, keys: str) -> None:
+# an evaluation holding fewer sequences at once is bound by memory bandwidth (every decoding step reads all the
+# weights for the few sequences in flight), far slower than its FLOPs say: LIMO (32B) on one H100 holds 3
+MIN_EVAL_SEQUENCES = 8
+
+
+def _check_kv(job: Job, keys: str, fewest: int = 1) -> None:
     kv = job.memory.get("kv_cache")
-    if job.gpus and kv and kv["cache"] < kv["per_sequence"]:
+    if job.gpus and kv and kv["cache"] < fewest * kv["per_sequence"]:
+        what = "one sequence" if fewest == 1 else f"the {fewest} sequences at once an evaluation needs to run at speed"
         job.errors.append(f"{job.name}: vLLM's share holds {_gb(max(kv['cache'], 0))} of KV cache after its "
-                          f"{_gb(kv['weights'])} of weights, less than one sequence of {kv['max_model_len']} "
-                          f"tokens ({_gb(kv['per_sequence'])}); change {keys}")  # fmt: skip
+                          f"{_gb(kv['weights'])} of weights per GPU, less than {what} of {kv['max_model_len']} "
+                          f"tokens ({_gb(kv['per_sequence'])} each); change {keys}")  # fmt: skip
 
 
 @dataclass
@@ -269,8 +276,10 @@ class Plan:
 def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict,
                     measured: dict | None = None) -> Plan:  # fmt: skip
     """The plan of a workflow config: ``runs`` {(model, method): resolved run config}, ``evaluations`` and
-    ``eval_settings`` {benchmark: resolved evaluation config} as pacs.experiment gives them; ``measured``
-    {training job name: its preflight.json}."""
+    ``eval_settings`` {settings file stem: resolved evaluation config} as pacs.experiment gives them
+    (``evaluation_settings``); ``measured`` {training job name: its preflight.json}. Released models' evaluations
+    (method "released") are planned on their own GPUs (``eval_gpus``)."""
+    from pacs.experiment import eval_config_name, eval_gpus, released
     from pacs.models.shapes import model_shape
     from pacs.plan.calibration import load_calibration
 
@@ -279,6 +288,7 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
         raise ConfigError("config: plan.gpu and plan.calibration both name a GPU; set one")
     cal = load_calibration(settings.calibration, settings.gpu)
     shapes = {m: model_shape(spec, f"config: models.{m}") for m, spec in config["models"].items()}
+    shapes |= {m: model_shape(spec, f"config: released.{m}") for m, spec in released(config).items()}
     resources = config["resources"]
 
     def gpus(kind: str) -> int:
@@ -300,15 +310,18 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
         jobs.append(job)
     for e in evaluations:
         bench = config["data"]["benchmarks"][e["benchmark"]]
-        if not bench.get("limit") and e["benchmark"] not in PROBLEMS:
+        known = bench.get("problems") or PROBLEMS.get(e["benchmark"])
+        if not bench.get("limit") and not known:
             raise ConfigError(f"config: data.benchmarks.{e['benchmark']}: the plan needs its number of problems; "
-                              "set its limit")  # fmt: skip
-        problems = min(bench.get("limit") or PROBLEMS[e["benchmark"]], PROBLEMS.get(e["benchmark"], math.inf))
+                              "set its problems (or limit)")  # fmt: skip
+        problems = min(bench.get("limit") or known, known or math.inf)
         name = f"evaluate/{e['model']}/{e['method']}/step_{e['step']:06d}/{e['benchmark']}"
-        job = plan_evaluation(name, shapes[e["model"]], eval_settings[e["benchmark"]], problems, gpus("evaluate"),
-                              settings, cal)  # fmt: skip
-        _check_kv(job, "eval.settings.vllm.gpu_memory_utilization (or .tensor_parallel_size with more "
-                       "resources.evaluate.gpu) or eval.settings.max_tokens")  # fmt: skip
+        job = plan_evaluation(name, shapes[e["model"]], eval_settings[eval_config_name(config, e)], problems,
+                              eval_gpus(config, e), settings, cal)  # fmt: skip
+        keys = (f"released.{e['model']}.tensor_parallel_size (or eval.settings.vllm.gpu_memory_utilization, "
+                "plan.gpu)" if e["method"] == "released" else "eval.settings.vllm.gpu_memory_utilization (or "
+                ".tensor_parallel_size with more resources.evaluate.gpu)")  # fmt: skip
+        _check_kv(job, f"{keys} or eval.settings.max_tokens", MIN_EVAL_SEQUENCES)
         jobs.append(job)
     plan = Plan(jobs, cal, settings)
     if settings.disk_quota is not None and plan.disk_bytes > settings.disk_quota * 1e9:

@@ -51,7 +51,8 @@ def dims(shape) -> dict:
     q, kv = heads * head_dim, kv_heads * head_dim
     qk_norm = (getattr(shape, "model_type", None) or "qwen2") == "qwen3"  # no biases; RMSNorm per q and k head
     layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h  # q, k, v, o, MLP, norms
-    layer += 2 * head_dim if qk_norm else q + 2 * kv  # qwen3's q and k norms, or qwen2's q, k and v biases
+    bias = (getattr(shape, "model_type", None) or "qwen2") == "qwen2"
+    layer += 2 * head_dim if qk_norm else (q + 2 * kv) * bias  # qwen3's q and k norms, or qwen2's q, k, v biases
     root = v * h * (1 if shape.tie_word_embeddings else 2) + h  # embedding, head when untied, final norm
     return {"h": h, "i": i, "vocab": v, "q": q, "kv": kv, "heads": heads, "kv_heads": kv_heads, "qk_norm": qk_norm,
             "layers": shape.num_hidden_layers, "layer_params": layer, "root_params": root,

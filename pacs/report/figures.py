@@ -4,7 +4,10 @@
 - ``dynamics``: pass@1 against training step per model and benchmark, one line per method from the base
   model (step 0) through every evaluated checkpoint (v2's Figure 3), when some run has several;
 - ``entropy``: policy entropy against step per model, one line per method (v2's Figure 5a);
-- ``sweep``: pass@k against a swept option per model and benchmark, one line per k (v2's β ablation);
+- ``sweep``: pass@k against a swept option per model and benchmark, one line per k (v2's β ablation, Figure 4);
+- ``ood``: pass@k on the out-of-domain benchmarks per model, a bar per method with its interval and the paper's
+  value marked (v2's Figure 6);
+- ``diversity``: the PCA of correct answers' embeddings for a few problems (v2's Figure 5b; pacs.report.diversity);
 - ``train``: training curves (reward, accuracy, entropy, response length against step) per run.
 """
 
@@ -55,6 +58,7 @@ def _finish(ax, xlabel: str, ylabel: str, title: str) -> None:
 
 def passk_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
     final, written = final_rows(table), []
+    final = final[final["method"] != "released"]  # one line each: their pass@1 is the `released` table
     for model, bench in final[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
         fig, ax = plt.subplots(figsize=(4.5, 3.4))
         rows = final[(final["model"] == model) & (final["benchmark"] == bench)]
@@ -84,7 +88,9 @@ def dynamics_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path
     for model, bench in ones[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
         rows = ones[(ones["model"] == model) & (ones["benchmark"] == bench)]
         trained = rows[rows["method"] != "base"]
-        if trained.empty or trained.groupby("method")["step"].nunique().max() < 2:
+        steps = trained.groupby("method")["step"].nunique()
+        trained = trained[trained["method"].isin(steps[steps >= 2].index)]  # a last step alone is no curve
+        if trained.empty:
             continue
         base = rows[rows["method"] == "base"]
         fig, ax = plt.subplots(figsize=(4.5, 3.4))
@@ -135,6 +141,8 @@ def sweep_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
         rows = final[final["method"].isin(members)]
         for model, bench in rows[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
             cell = rows[(rows["model"] == model) & (rows["benchmark"] == bench)]
+            if cell["method"].nunique() < 2:  # a sweep on another model: one point is no curve
+                continue
             fig, ax = plt.subplots(figsize=(4.5, 3.4))
             for k in manifest["benchmarks"][bench]["ks"]:
                 r = cell[cell["k"] == k]
@@ -151,10 +159,55 @@ def sweep_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
     return written
 
 
-def all_figures(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
+def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFrame | None, out: Path) -> list[Path]:
+    """Per model, pass@k (the benchmark's first k) on each out-of-domain benchmark: a bar per method with its
+    95 % interval, and the paper's value as a black mark where it has one."""
+    final, written = final_rows(table), []
+    benches = [b for b, s in manifest["benchmarks"].items() if s.get("out_of_domain")]
+    for model in manifest["models"]:
+        rows = final[(final["model"] == model) & final["benchmark"].isin(benches)]
+        if rows.empty:
+            continue
+        present = [b for b in benches if b in set(rows["benchmark"])]
+        methods = _methods(manifest, rows["method"])
+        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(present) * max(len(methods), 2) / 3, 3.4))
+        width = 0.8 / len(methods)
+        for i, method in enumerate(methods):
+            for j, bench in enumerate(present):
+                k = manifest["benchmarks"][bench]["ks"][0]
+                r = rows[(rows["method"] == method) & (rows["benchmark"] == bench) & (rows["k"] == k)]
+                if r.empty:
+                    continue
+                x, v = j - 0.4 + width * (i + 0.5), r.iloc[0]
+                label = manifest["methods"][method]["label"] if j == 0 else None
+                ax.bar(x, v["pass_at_k"], width, color=plt.get_cmap("tab20")(i % 20), label=label,
+                       yerr=[[v["pass_at_k"] - v["ci_low"]], [v["ci_high"] - v["pass_at_k"]]], capsize=2)
+                paper = _published(published, manifest, model, method, bench, k)
+                if paper is not None:
+                    ax.plot(x, paper, marker="D", color="black", ms=4, label="paper" if (i, j) == (0, 0) else None)
+        ax.set_xticks(range(len(present)), [manifest["benchmarks"][b]["label"] for b in present])
+        _finish(ax, "out-of-domain benchmark", "pass@1 (%)", _title(manifest, model))
+        written += _save(fig, Path(out) / f"ood_{model}")
+    return written
+
+
+def _published(published: pd.DataFrame | None, manifest: dict, model: str, method: str, bench: str, k: int):
+    names = (manifest["models"][model].get("published_as"), manifest["methods"][method].get("published_as"),
+             manifest["benchmarks"][bench].get("published_as"))  # fmt: skip
+    if published is None or None in names:
+        return None
+    cell = published[(published["model"] == names[0]) & (published["method"] == names[1])
+                     & (published["benchmark"] == names[2]) & (published["k"] == k)]  # fmt: skip
+    return float(cell["pass_at_k"].iloc[0]) if len(cell) else None
+
+
+def all_figures(table: pd.DataFrame, manifest: dict, out: Path, published: pd.DataFrame | None = None) -> list[Path]:
+    from pacs.report.diversity import diversity_figures
+
     return (passk_curves(table, manifest, out) + dynamics_curves(table, manifest, out)
             + sweep_curves(table, manifest, out) + entropy_curves(manifest, out)
-            + training_curves(manifest, out))  # fmt: skip
+            + training_curves(manifest, out) + out_of_domain_bars(table, manifest, published, out)
+            + (diversity_figures(manifest, out) if manifest.get("diversity") else []))  # fmt: skip
 
 
 KINDS = {  # a figure's name prefix → what it shows: the category of `snakemake --report`
@@ -163,6 +216,8 @@ KINDS = {  # a figure's name prefix → what it shows: the category of `snakemak
     "sweep": "pass@k against a swept option",
     "entropy": "policy entropy against step",
     "train": "training curves of each run",
+    "ood": "pass@k out of domain",
+    "diversity": "correct answers' embeddings (PCA)",
 }
 
 
@@ -176,12 +231,12 @@ def describe(stem: str, manifest: dict) -> dict[str, str]:
         if rest != model and not rest.startswith(model + "_"):
             continue
         what, tail = {"kind": KINDS[kind], "model": spec["label"]}, rest[len(model) + 1 :]
-        if kind == "entropy" and not tail:
+        if kind in ("entropy", "ood") and not tail:
             return what
         if kind == "train" and tail in manifest["methods"]:
             return {**what, "method": manifest["methods"][tail]["label"]}
         for bench, b in manifest["benchmarks"].items():
-            if kind in ("passk", "dynamics") and tail == bench:
+            if kind in ("passk", "dynamics", "diversity") and tail == bench:
                 return {**what, "benchmark": b["label"]}
             if kind == "sweep" and tail.startswith(bench + "_") and tail[len(bench) + 1 :] in sweeps(manifest):
                 member = sweeps(manifest)[tail[len(bench) + 1 :]][0]

@@ -12,11 +12,14 @@ from pacs.report.collect import final_rows
 
 
 def paper_table(final: pd.DataFrame, model: str, manifest: dict, full: bool = False) -> pd.DataFrame:
-    """Rows: method labels in the manifest's order; columns: (benchmark label, k)."""
+    """Rows: method labels in the manifest's order; columns: (benchmark label, k), the benchmarks in domain (the
+    out-of-domain ones have their own page, pacs.report.sections)."""
     rows = final[final["model"] == model]
     methods = [m for m in manifest["methods"] if m in set(rows["method"])]
     columns = []
     for bench, spec in manifest["benchmarks"].items():
+        if spec.get("out_of_domain"):
+            continue
         ks = sorted(rows.loc[rows["benchmark"] == bench, "k"].unique())
         columns += [(bench, k) for k in (ks if full else [k for k in spec["ks"] if k in ks])]
     values = rows.set_index(["method", "benchmark", "k"])["pass_at_k"]
@@ -102,8 +105,8 @@ def _latex_escape(text: str) -> str:
 def write_tables(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
     """For each model: ``{model}.{csv,md,tex,html}`` (the paper's columns) and ``{model}_full.*`` (every k)."""
     final, written = final_rows(table), []
-    for model in manifest["models"]:
-        if model not in set(final["model"]):
+    for model, spec in manifest["models"].items():
+        if model not in set(final["model"]) or spec.get("released"):  # a released model is a row of `released`
             continue
         label = manifest["models"][model]["label"]
         for full, suffix in ((False, ""), (True, "_full")):
@@ -130,9 +133,15 @@ def describe(stem: str, manifest: dict) -> dict[str, str]:
     The model comes first: `snakemake --report` turns a later label with two values, each on half the
     entries, into a toggle, and with the model later, a toggle between "every model" and one model would
     pair up tables that do not exist (the report's page then fails to render; seen in Chromium)."""
-    fixed = {"comparison": "reproduced against published", "significance": "paired differences between methods"}
+    fixed = {"comparison": "reproduced against published", "significance": "paired differences between methods",
+             "released": "released models (v2 Table 1)"}  # fmt: skip
     if stem in fixed:
         return {"model": "every model", "table": fixed[stem]}
+    pages = {"out_of_domain_": "out of domain (v2 Figure 6)", "variants_": "PACS variants (v2 Figure 4, Tables 9–13)",
+             "diversity_": "diversity of correct answers (v2 Table 3)"}  # fmt: skip
+    for prefix, what in pages.items():
+        if stem.startswith(prefix) and stem[len(prefix) :] in manifest["models"]:
+            return {"model": manifest["models"][stem[len(prefix) :]]["label"], "table": what}
     model, full = (stem[: -len("_full")], True) if stem.endswith("_full") else (stem, False)
     if model not in manifest["models"]:
         raise ValueError(f"table {stem!r}: names no model of the manifest")

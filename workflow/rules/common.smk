@@ -10,6 +10,7 @@ import yaml
 
 from pacs import experiment
 from pacs.config import ConfigError
+from pacs.eval.diversity import DiversityConfig
 from pacs.plan.jobs import format_plan
 from pacs.train.segments import check_continuation, read_segments
 
@@ -18,6 +19,7 @@ CONFIGS = f"{RESULTS}/configs"
 LOGS = f"{RESULTS}/logs"
 ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
 MODELS, METHODS, DATA = config["models"], experiment.methods(config), config["data"]  # sweeps expanded
+RELEASED = experiment.released(config)  # models only evaluated (v2's Table 1)
 BENCHMARKS = DATA["benchmarks"]
 
 
@@ -39,7 +41,14 @@ def model_path(model):
 
 
 def built_model(model):
-    return [model_path(model)] if MODELS[model].get("build") == "tiny" else []
+    return [model_path(model)] if experiment.model_spec(config, model).get("build") == "tiny" else []
+
+
+def tiny_model_options(model):
+    """`pacs tiny-model`'s --seed and --target-accuracy for a built model (a released one may set both)."""
+    spec = experiment.model_spec(config, model)
+    options = f"--seed {spec.get('seed', 0)}"
+    return options + (f" --target-accuracy {spec['target_accuracy']}" if spec.get("target_accuracy") is not None else "")
 
 
 def run_dir(model, method):
@@ -70,17 +79,29 @@ for (model, method), run in RUN_CONFIGS.items():
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
     # the steps whose weights outlive retention, read by the trainer at every save: apart from the run's config,
     # so that evaluating other steps does not restart a run
-    write_if_changed(f"{CONFIGS}/keep_weights_{model}_{method}.json", json.dumps(experiment.kept_weights(config, run)))
-for bench in BENCHMARKS:
-    settings = experiment.eval_settings(config, bench, RUN_CONFIGS)
-    write_if_changed(f"{CONFIGS}/eval_{bench}.yaml", yaml.safe_dump(settings, sort_keys=False))
+    kept = experiment.kept_weights(config, run, method)
+    write_if_changed(f"{CONFIGS}/keep_weights_{model}_{method}.json", json.dumps(kept))
+EVAL_SETTINGS = experiment.evaluation_settings(config, RUN_CONFIGS)
+for name, settings in EVAL_SETTINGS.items():  # eval_<benchmark>, and eval_<benchmark>_<released model>
+    write_if_changed(f"{CONFIGS}/{name}.yaml", yaml.safe_dump(settings, sort_keys=False))
+DIVERSITY = experiment.diversity_jobs(config, RUN_CONFIGS)
+for d in DIVERSITY:
+    for e in d["evaluations"].values():
+        e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
+    d["file"] = f"{RESULTS}/diversity/{d['model']}/{d['benchmark']}.json"
+    d["embeddings"] = f"{RESULTS}/diversity/{d['model']}/{d['benchmark']}.npz"
 MANIFEST_DATA = {
     "name": config["name"],
     "description": config.get("description", ""),
     "paper": config["paper"],
-    "models": {m: {"label": s["label"], "published_as": s.get("published_as")} for m, s in MODELS.items()},
+    "models": {
+        **{m: {"label": s["label"], "published_as": s.get("published_as"), "released": False} for m, s in MODELS.items()},
+        **{m: {"label": s["label"], "published_as": s.get("published_as"), "released": True} for m, s in RELEASED.items()},
+    },
     "methods": {
         "base": {"label": "Base", "published_as": "Base", "algorithm": None, "sweep": None},
+        **({"released": {"label": "As released", "published_as": "as-released", "algorithm": None, "sweep": None}}
+           if RELEASED else {}),
         **{
             m: {
                 "label": s["label"],
@@ -92,9 +113,12 @@ MANIFEST_DATA = {
         },
     },
     "benchmarks": {
-        b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"]} for b, s in BENCHMARKS.items()
+        b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"],
+            "out_of_domain": bool(s.get("out_of_domain"))}
+        for b, s in BENCHMARKS.items()
     },
     "evaluations": EVALUATIONS,
+    "diversity": [{k: d[k] for k in ("model", "benchmark", "file", "embeddings")} for d in DIVERSITY],
     "runs": [{"model": m, "method": k, "metrics": f"{run_dir(m, k)}/metrics.jsonl"} for m, k in RUNS],
 }
 write_if_changed(f"{RESULTS}/report/manifest.json", json.dumps(MANIFEST_DATA, indent=1))
@@ -165,6 +189,8 @@ def resources(kind):
         spec["tasks_per_gpu"] = 0
         if kind in ("train", "evaluate") and own.get("runtime") is None:
             spec["runtime"] = planned_runtime(kind)
+        if kind == "evaluate" and any(r.get("tensor_parallel_size", 1) > 1 for r in RELEASED.values()):
+            spec["gpu"] = lambda w: experiment.eval_gpus(config, {"model": w.model})  # a released model's TP
     if max_runtime is not None:
         runtime = spec.get("runtime")
         spec["runtime"] = (lambda w, r=runtime: min(r(w), max_runtime)) if callable(runtime) else min(
@@ -210,9 +236,9 @@ def prepare_args(dataset):
         args.append(f"--tokenizer {model_path(DATA['tokenizer'])} --max-prompt-length {options['max_prompt_length']}")
         if DATA.get("chat_template_kwargs"):
             args.append(f"--chat-template-kwargs {shlex.quote(json.dumps(DATA['chat_template_kwargs']))}")
-    for key in ("repeat", "bad_rows", "duplicates"):
+    for key in ("repeat", "bad_rows", "duplicates", "release_version", "start_date", "end_date", "prompt_style"):
         if key in options:
-            args.append(f"--{key.replace('_', '-')} {options[key]}")
+            args.append(f"--{key.replace('_', '-')} {shlex.quote(str(options[key]))}")
     return " ".join(args)
 
 
@@ -248,11 +274,43 @@ def preflight_inputs(w):
 
 
 def evaluated_model(w):
-    return model_path(w.model) if w.method == "base" else checkpoint(w.model, w.method, w.step)
+    return model_path(w.model) if w.method in ("base", "released") else checkpoint(w.model, w.method, w.step)
+
+
+def evaluation_config(w):
+    """Its settings file: eval_<benchmark>.yaml, or a released model's own (experiment.eval_config_name)."""
+    return f"{CONFIGS}/{experiment.eval_config_name(config, {'model': w.model, 'benchmark': w.benchmark})}.yaml"
 
 
 def evaluation_inputs(w):
-    """What must exist first: a built base model, or the run's final checkpoint (training done)."""
+    """What must exist first: a built base or released model (and the built model whose chat template a released
+    one borrows), or the run's final checkpoint (training done)."""
+    if w.method == "released":
+        source = experiment.chat_template_source(config, w.model)
+        borrowed = [m for m in MODELS if source == model_path(m)]
+        return built_model(w.model) + [p for m in borrowed for p in built_model(m)]
     if w.method == "base":
         return built_model(w.model)
     return [checkpoint(w.model, w.method, total_steps(w.model, w.method))]
+
+
+def diversity_inputs(w):
+    """The metrics.json of every evaluation a diversity measurement reads (its responses/ beside it), and a
+    built embedding model."""
+    job = next(d for d in DIVERSITY if (d["model"], d["benchmark"]) == (w.model, w.benchmark))
+    built = [f"{RESULTS}/embedder/tiny"] if (config.get("diversity") or {}).get("embedder", {}).get("build") else []
+    return [e["metrics"] for e in job["evaluations"].values()] + built
+
+
+def diversity_args(w):
+    """`pacs diversity`'s options: --eval method=dir for each evaluation, the embedder and the config's keys."""
+    job = next(d for d in DIVERSITY if (d["model"], d["benchmark"]) == (w.model, w.benchmark))
+    spec = config.get("diversity") or {}
+    embedder = spec.get("embedder") or {}
+    args = [f"--eval {m}={shlex.quote(str(Path(e['metrics']).parent))}" for m, e in job["evaluations"].items()]
+    path = f"{RESULTS}/embedder/tiny" if embedder.get("build") else embedder.get("path", DiversityConfig().model)
+    args.append(f"--model {shlex.quote(path)}")
+    for key in ("embed", "max_answers", "batch_size", "max_length", "device"):
+        if spec.get(key) is not None:
+            args.append(f"--{key.replace('_', '-')} {shlex.quote(str(spec[key]))}")
+    return " ".join(args)

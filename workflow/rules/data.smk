@@ -1,4 +1,5 @@
-# Datasets → prepared parquet files (`pacs prepare-data`); the tiny model is built from the toy task.
+# Datasets → prepared parquet files (`pacs prepare-data`); tiny models (trained or released, each with its own
+# seed) are built from the toy task.
 
 
 rule prepare_dataset:
@@ -24,6 +25,8 @@ rule build_tiny_model:
         heldout=data_file("toy_heldout"),
     output:
         directory(f"{RESULTS}/models/{{model}}"),
+    params:
+        options=lambda w: tiny_model_options(w.model),
     log:
         f"{LOGS}/build_tiny_model/{{model}}.log",
     resources:
@@ -31,4 +34,4 @@ rule build_tiny_model:
     conda:
         ENV
     shell:
-        "pacs tiny-model --train {input.train} --heldout {input.heldout} --out {output} > {log} 2>&1"
+        "pacs tiny-model --train {input.train} --heldout {input.heldout} {params.options} --out {output} > {log} 2>&1"

@@ -1,10 +1,11 @@
-# Every model's base weights and every run's selected checkpoints, on every benchmark. The declared
+# Every model's base weights, every run's selected checkpoints and every released model, on the benchmarks
+# that evaluate each (data.benchmarks.<b>.models; released models on those in domain). The declared
 # output is metrics.json only: responses/ survives a failed job, and the rerun resumes it.
 
 
 rule evaluate_model:
     input:
-        config=f"{CONFIGS}/eval_{{benchmark}}.yaml",
+        config=evaluation_config,
         data=lambda w: data_file(w.benchmark),
         model=evaluation_inputs,
     output:

@@ -29,6 +29,7 @@ rule make_tables:
         manifest=MANIFEST,
         pass_at_k=PASS_AT_K,
         per_problem=PER_PROBLEM,
+        diversity=[d["file"] for d in DIVERSITY],
     output:
         report(
             directory(f"{RESULTS}/tables"),
@@ -51,6 +52,7 @@ rule make_figures:
         manifest=MANIFEST,
         pass_at_k=PASS_AT_K,
         runs=[checkpoint(m, k, total_steps(m, k)) for m, k in RUNS],
+        embeddings=[d["embeddings"] for d in DIVERSITY],
     output:
         report(
             directory(f"{RESULTS}/figures"),
