@@ -217,7 +217,7 @@ KINDS = {  # a figure's name prefix → what it shows: the category of `snakemak
     "entropy": "policy entropy against step",
     "train": "training curves of each run",
     "ood": "pass@k out of domain",
-    "diversity": "correct answers' embeddings (PCA)",
+    "diversity": "diversity of correct answers (embeddings, two principal components)",
 }
 
 
