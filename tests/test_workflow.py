@@ -463,7 +463,8 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert {"out_of_domain_tiny.html", "released.html", "variants_tiny.html", "diversity_tiny.html"} <= names
     for text in ("Pass@1 against training step", "Pass@k against a swept option", "Policy entropy against step",
                  "Tables", "Toy addition", "AIME 2024", "PACS (β=0.5)", "paired differences between methods",
-                 "Pass@k out of domain", "Diversity of correct answers (embeddings, two principal components)", "released models (v2 Table 1)",
+                 "Pass@k out of domain", "Diversity of correct answers (embeddings, two principal components)",
+                 "released models (v2 Table 1)",
                  "out of domain (v2 Figure 6)", "diversity of correct answers (v2 Table 3)"):  # fmt: skip
         assert text in html or json.dumps(text)[1:-1] in html, text  # the report's data is JSON (β as \\u03b2)
 
