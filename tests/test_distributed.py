@@ -55,6 +55,10 @@ def test_a_model_shape_counts_its_parameters():
     assert 7.61e9 < dims(model_config("qwen2.5-7b"))["params"] < 7.62e9  # its model card: 7.61 B
     assert 4.02e9 < dims(model_config("qwen3-4b"))["params"] < 4.03e9  # 4.0 B; 4,022,468,096 in its safetensors
     assert 8.19e9 < dims(model_config("qwen3-8b"))["params"] < 8.20e9  # 8.2 B
+    # v2's released models (Table 1), for the plan: their model cards' sizes
+    assert 14.7e9 < dims(model_config("qwen3-14b"))["params"] < 14.8e9  # 14.8 B
+    assert 32.7e9 < dims(model_config("qwen2.5-32b"))["params"] < 32.8e9  # its card says 32.5 B; every weight: 32.76 B
+    assert 8.03e9 < dims(model_config("llama3.1-8b"))["params"] < 8.04e9  # 8.03 B
     with pytest.raises(ValueError, match="num_layers"):
         model_config("qwen2.5-0.5b", num_layers=2)
 

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 
 _COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0}
 _ARCHITECTURES = {"qwen2": {**_COMMON, "max_position_embeddings": 32768},
-                  "qwen3": {**_COMMON, "max_position_embeddings": 40960, "attention_bias": False}}  # fmt: skip
+                  "qwen3": {**_COMMON, "max_position_embeddings": 40960, "attention_bias": False},
+                  "llama": {"hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 500_000.0,
+                            "max_position_embeddings": 131072}}  # fmt: skip
 SHAPES = {
     "qwen2.5-0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
                      "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
@@ -76,21 +78,17 @@ HUB_IDS = {**{f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
            "AIDC-AI/Marco-o1": "qwen2.5-7b", "open-thoughts/OpenThinker3-7B": "qwen2.5-7b",
            "NovaSky-AI/Sky-T1-7B": "qwen2.5-7b"}  # fmt: skip
 OPTIONAL_KEYS = {"head_dim": None, "model_type": "qwen2"}
-PLANNED_TYPES = (*_ARCHITECTURES, "llama")  # what the plan sizes; only Qwen2 and Qwen3 are built here
 
 
 def model_config(name: str, **overrides):
-    """The transformers config (``Qwen2Config`` or ``Qwen3Config``) of shape ``name`` (a key of ``SHAPES``),
-    with ``overrides`` applied."""
-    from transformers import Qwen2Config, Qwen3Config
+    """The transformers config (``Qwen2Config``, ``Qwen3Config`` or ``LlamaConfig``) of shape ``name`` (a key of
+    ``SHAPES``), with ``overrides`` applied."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     if name not in SHAPES:
         raise ValueError(f"unknown model shape {name!r}; known: {', '.join(SHAPES)}")
     keys = {**OPTIONAL_KEYS, **SHAPES[name]}
-    kinds = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}
-    if keys["model_type"] not in kinds:
-        raise ValueError(f"model shape {name}: a {keys['model_type']} model is planned, not built here (Qwen2, Qwen3)")
-    kind = kinds[keys.pop("model_type")]
+    kind = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig}[keys.pop("model_type")]
     if keys["head_dim"] is None:
         del keys["head_dim"]
     unknown = set(overrides) - set(kind().to_dict())
@@ -123,9 +121,9 @@ def model_shape(spec: dict, where: str) -> SimpleNamespace:
             raise ValueError(f"{where}.shape: needs the keys {', '.join(SIZE_KEYS)} (head_dim, model_type "
                              f"optional); missing {sorted(missing)}, unknown {sorted(unknown)}")  # fmt: skip
         shape = {**OPTIONAL_KEYS, **shape}
-        if shape["model_type"] not in PLANNED_TYPES:
+        if shape["model_type"] not in _ARCHITECTURES:
             raise ValueError(f"{where}.shape: model_type {shape['model_type']!r} is not one the plan knows "
-                             f"({', '.join(PLANNED_TYPES)})")  # fmt: skip
+                             f"({', '.join(_ARCHITECTURES)})")  # fmt: skip
         return SimpleNamespace(**shape)
     raise ValueError(
         f"{where}: the architecture of {path!r} is not known offline; set {where}.shape to one of "
