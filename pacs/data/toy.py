@@ -27,19 +27,35 @@ def toy_solution(ground_truth: str) -> str:
     return f"\\boxed{{{ground_truth}}}"
 
 
-def toy_rows(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99) -> dict[str, list[RawRow]]:
-    """``{"train": rows, "heldout": rows}``; no (a, b) pair is in both splits. The id is "a+b"."""
+def pair_splits(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99,
+                what: str = "toy task") -> dict[str, list[tuple[int, int]]]:  # fmt: skip
+    """``{"train": pairs, "heldout": pairs}`` of the (a, b) pairs with low ≤ a, b ≤ high, drawn from ``seed``;
+    no pair is in both splits. Every toy task (addition, code, multiple choice) splits its problems so."""
     pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
     if train_size + heldout_size > len(pairs):
-        raise ValueError(f"toy task: {train_size} + {heldout_size} rows asked, only {len(pairs)} distinct problems")
+        raise ValueError(f"{what}: {train_size} + {heldout_size} rows asked, only {len(pairs)} distinct problems")
     order = np.random.default_rng(seed).permutation(len(pairs))
     splits = {"train": order[:train_size], "heldout": order[train_size : train_size + heldout_size]}
+    return {split: [pairs[i] for i in indices] for split, indices in splits.items()}
+
+
+def prepared_splits(data_source: str, kind: str, rows: dict[str, list[RawRow]], options: PrepareOptions, tokenizer,
+                    task: str, seed: int, train_size: int, heldout_size: int) -> dict:  # fmt: skip
+    """``{split: (frame, report)}``: a toy task's splits prepared, each report recording its generator
+    (``kind``) and settings."""
+    generator = {"kind": kind, "seed": seed, "train_size": train_size, "heldout_size": heldout_size}
+    out = {}
+    for split, split_rows in rows.items():
+        frame, report = prepare_rows(data_source, split_rows, options, tokenizer, task)
+        out[split] = frame, {**report, "source": {**generator, "split": split}}
+    return out
+
+
+def toy_rows(seed: int, train_size: int, heldout_size: int, low: int = 10, high: int = 99) -> dict[str, list[RawRow]]:
+    """``{"train": rows, "heldout": rows}``; no (a, b) pair is in both splits. The id is "a+b"."""
     return {
-        split: [
-            RawRow(row, toy_problem(*pairs[i]), str(sum(pairs[i])), f"{pairs[i][0]}+{pairs[i][1]}")
-            for row, i in enumerate(rows)
-        ]
-        for split, rows in splits.items()
+        split: [RawRow(row, toy_problem(a, b), str(a + b), f"{a}+{b}") for row, (a, b) in enumerate(pairs)]
+        for split, pairs in pair_splits(seed, train_size, heldout_size, low, high).items()
     }
 
 
@@ -47,9 +63,5 @@ def toy_addition(
     seed: int, train_size: int, heldout_size: int, options: PrepareOptions = PrepareOptions(), tokenizer=None
 ) -> dict[str, tuple[pd.DataFrame, dict]]:
     """``{split: (frame, report)}``: both splits prepared, each report recording the generator's settings."""
-    generator = {"kind": "toy", "seed": seed, "train_size": train_size, "heldout_size": heldout_size}
-    out = {}
-    for split, rows in toy_rows(seed, train_size, heldout_size).items():
-        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer)
-        out[split] = frame, {**report, "source": {**generator, "split": split}}
-    return out
+    rows = toy_rows(seed, train_size, heldout_size)
+    return prepared_splits(DATA_SOURCE, "toy", rows, options, tokenizer, "math", seed, train_size, heldout_size)

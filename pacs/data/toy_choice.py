@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from pacs.data.gpqa import choice_prompt, draw_permutation, shuffled
-from pacs.data.prepare import PrepareOptions, prepare_rows
+from pacs.data.prepare import PrepareOptions
 from pacs.data.sources import RawRow
-from pacs.data.toy import toy_problem
+from pacs.data.toy import pair_splits, prepared_splits, toy_problem
 
 DATA_SOURCE = "toy_choice"
 OFFSETS = (-11, -10, -9, -2, -1, 1, 2, 9, 10, 11)  # a wrong choice: the sum plus one of these
@@ -44,17 +44,11 @@ def toy_choice_rows(
 ) -> dict[str, list[RawRow]]:
     """``{"train": rows, "heldout": rows}``; no (a, b) pair is in both splits. The id is "a+b"; a pair's wrong
     sums are drawn from (seed, a, b), its permutation by its place in the splits."""
-    pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
-    if train_size + heldout_size > len(pairs):
-        raise ValueError(f"toy choice task: {train_size} + {heldout_size} rows asked, only {len(pairs)} problems")
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    splits = {"train": order[:train_size], "heldout": order[train_size : train_size + heldout_size]}
     shuffle = random.Random(seed)
     out = {}
-    for split, indices in splits.items():
+    for split, pairs in pair_splits(seed, train_size, heldout_size, low, high, "toy choice task").items():
         out[split] = []
-        for row, i in enumerate(indices):
-            a, b = pairs[i]
+        for row, (a, b) in enumerate(pairs):
             wrong = toy_choice_distractors(a, b, np.random.default_rng([seed, a, b]))
             choices, gold = shuffled(str(a + b), wrong, draw_permutation(shuffle))
             out[split].append(RawRow(row, choice_prompt(toy_problem(a, b), choices, TOY_INSTRUCTION), gold, f"{a}+{b}"))
@@ -65,9 +59,6 @@ def toy_choice(
     seed: int, train_size: int, heldout_size: int, options: PrepareOptions = PrepareOptions(), tokenizer=None
 ) -> dict[str, tuple[pd.DataFrame, dict]]:
     """``{split: (frame, report)}``: both splits prepared, each report recording the generator's settings."""
-    generator = {"kind": "toy_choice", "seed": seed, "train_size": train_size, "heldout_size": heldout_size}
-    out = {}
-    for split, rows in toy_choice_rows(seed, train_size, heldout_size).items():
-        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer, "choice")
-        out[split] = frame, {**report, "source": {**generator, "split": split}}
-    return out
+    rows = toy_choice_rows(seed, train_size, heldout_size)
+    return prepared_splits(DATA_SOURCE, "toy_choice", rows, options, tokenizer, "choice", seed, train_size,
+                           heldout_size)  # fmt: skip

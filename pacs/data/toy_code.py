@@ -15,8 +15,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from pacs.data.prepare import PrepareOptions, prepare_rows
+from pacs.data.prepare import PrepareOptions
 from pacs.data.sources import RawRow
+from pacs.data.toy import pair_splits, prepared_splits
 
 DATA_SOURCE = "toy_code"
 INSTRUCTION = "Answer with a Python program in ```python``` fences."
@@ -61,16 +62,10 @@ def toy_code_rows(
 ) -> dict[str, list[RawRow]]:
     """``{"train": rows, "heldout": rows}``; no (a, b) pair is in both splits. The id is "a,b"; the tests
     of a pair are drawn from (seed, a, b), whatever split it falls in."""
-    pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
-    if train_size + heldout_size > len(pairs):
-        raise ValueError(f"toy code task: {train_size} + {heldout_size} rows asked, only {len(pairs)} problems")
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    splits = {"train": order[:train_size], "heldout": order[train_size : train_size + heldout_size]}
     out = {}
-    for split, indices in splits.items():
+    for split, pairs in pair_splits(seed, train_size, heldout_size, low, high, "toy code task").items():
         out[split] = []
-        for row, i in enumerate(indices):
-            a, b = pairs[i]
+        for row, (a, b) in enumerate(pairs):
             gold = json.dumps(toy_code_tests(a, b, np.random.default_rng([seed, a, b])))
             out[split].append(RawRow(row, toy_code_problem(a, b), gold, f"{a},{b}"))
     return out
@@ -80,9 +75,5 @@ def toy_code(
     seed: int, train_size: int, heldout_size: int, options: PrepareOptions = PrepareOptions(), tokenizer=None
 ) -> dict[str, tuple[pd.DataFrame, dict]]:
     """``{split: (frame, report)}``: both splits prepared, each report recording the generator's settings."""
-    generator = {"kind": "toy_code", "seed": seed, "train_size": train_size, "heldout_size": heldout_size}
-    out = {}
-    for split, rows in toy_code_rows(seed, train_size, heldout_size).items():
-        frame, report = prepare_rows(DATA_SOURCE, rows, options, tokenizer, "code")
-        out[split] = frame, {**report, "source": {**generator, "split": split}}
-    return out
+    rows = toy_code_rows(seed, train_size, heldout_size)
+    return prepared_splits(DATA_SOURCE, "toy_code", rows, options, tokenizer, "code", seed, train_size, heldout_size)
