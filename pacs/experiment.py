@@ -308,13 +308,14 @@ def diversity_jobs(config: dict, runs: dict) -> list[dict]:
     ``{model, benchmark, evaluations: {method: evaluation}}`` over its base model and every run, each at the
     last step evaluated on it."""
     spec = config.get("diversity") or {}
+    evaluated = evaluations(config, runs)
     jobs = []
     for bench in spec.get("benchmarks") or ():
         if bench not in config["data"]["benchmarks"]:
             raise ConfigError(f"config: diversity.benchmarks: {bench!r} is not a key of data.benchmarks")
         for model in config["models"]:
             last: dict[str, dict] = {}
-            for e in evaluations(config, runs):
+            for e in evaluated:
                 if (e["model"], e["benchmark"]) == (model, bench) and e["method"] != "released":
                     if e["method"] not in last or e["step"] > last[e["method"]]["step"]:
                         last[e["method"]] = e

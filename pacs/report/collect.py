@@ -70,6 +70,18 @@ def published_for(version: str) -> pd.DataFrame:
     return pd.concat([read_published(p) for p in PAPER_VERSIONS[version]], ignore_index=True)
 
 
+def published_value(published: pd.DataFrame | None, manifest: dict, model: str, method: str, benchmark: str,
+                    k: int) -> float:  # fmt: skip
+    """The paper's pass@k of one cell, through the manifest's published_as names; NaN where it has none."""
+    names = (manifest["models"][model].get("published_as"), manifest["methods"][method].get("published_as"),
+             manifest["benchmarks"][benchmark].get("published_as"))  # fmt: skip
+    if published is None or None in names:
+        return float("nan")
+    cell = published[(published["model"] == names[0]) & (published["method"] == names[1])
+                     & (published["benchmark"] == names[2]) & (published["k"] == k)]  # fmt: skip
+    return float(cell["pass_at_k"].iloc[0]) if len(cell) else float("nan")
+
+
 def final_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Each (model, method, benchmark) at its last evaluated step: what the paper's tables report."""
     last = table.groupby(["model", "method", "benchmark"])["step"].transform("max")

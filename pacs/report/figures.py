@@ -12,6 +12,7 @@
 """
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pacs.io import atomic_path  # noqa: E402
-from pacs.report.collect import final_rows  # noqa: E402
+from pacs.report.collect import final_rows, published_value  # noqa: E402
 
 TRAINING_PANELS = {  # metrics.jsonl key → panel title
     "reward/mean": "mean reward",
@@ -182,23 +183,13 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
                 label = manifest["methods"][method]["label"] if j == 0 else None
                 ax.bar(x, v["pass_at_k"], width, color=plt.get_cmap("tab20")(i % 20), label=label,
                        yerr=[[v["pass_at_k"] - v["ci_low"]], [v["ci_high"] - v["pass_at_k"]]], capsize=2)
-                paper = _published(published, manifest, model, method, bench, k)
-                if paper is not None:
+                paper = published_value(published, manifest, model, method, bench, k)
+                if not math.isnan(paper):
                     ax.plot(x, paper, marker="D", color="black", ms=4, label="paper" if (i, j) == (0, 0) else None)
         ax.set_xticks(range(len(present)), [manifest["benchmarks"][b]["label"] for b in present])
         _finish(ax, "out-of-domain benchmark", "pass@1 (%)", _title(manifest, model))
         written += _save(fig, Path(out) / f"ood_{model}")
     return written
-
-
-def _published(published: pd.DataFrame | None, manifest: dict, model: str, method: str, bench: str, k: int):
-    names = (manifest["models"][model].get("published_as"), manifest["methods"][method].get("published_as"),
-             manifest["benchmarks"][bench].get("published_as"))  # fmt: skip
-    if published is None or None in names:
-        return None
-    cell = published[(published["model"] == names[0]) & (published["method"] == names[1])
-                     & (published["benchmark"] == names[2]) & (published["k"] == k)]  # fmt: skip
-    return float(cell["pass_at_k"].iloc[0]) if len(cell) else None
 
 
 def all_figures(table: pd.DataFrame, manifest: dict, out: Path, published: pd.DataFrame | None = None) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from pacs.io import atomic_write_text
-from pacs.report.collect import final_rows
+from pacs.report.collect import final_rows, published_value
 from pacs.report.tables import to_html
 
 LONG = ["row", "model", "method", "benchmark", "k", "ours", "ci_low", "ci_high", "published", "delta"]
@@ -39,17 +39,13 @@ def cells(table: pd.DataFrame, manifest: dict, published: pd.DataFrame, rows: li
     """The long table of ``rows`` ((model, method) pairs) × ``benchmarks`` × their ``ks``: our pass@k at the last
     checkpoint with its interval, and the paper's where the model, method and benchmark have a published_as."""
     final = final_rows(table).set_index(["model", "method", "benchmark", "k"])
-    paper = published.set_index(["model", "method", "benchmark", "k"])["pass_at_k"]
-    paper = paper[~paper.index.duplicated()]
     out = []
     for model, method in rows:
         label = f"{manifest['models'][model]['label']}, {manifest['methods'][method]['label']}"
         for bench in benchmarks:
             for k in ks[bench]:
                 ours = final["pass_at_k"].get((model, method, bench, k), float("nan"))
-                names = (manifest["models"][model].get("published_as"), manifest["methods"][method].get("published_as"),
-                         manifest["benchmarks"][bench].get("published_as"), k)  # fmt: skip
-                theirs = paper.get(names, float("nan")) if None not in names else float("nan")
+                theirs = published_value(published, manifest, model, method, bench, k)
                 out.append([label, model, method, bench, k, ours, final["ci_low"].get((model, method, bench, k)),
                             final["ci_high"].get((model, method, bench, k)), theirs, ours - theirs])  # fmt: skip
     return pd.DataFrame(out, columns=LONG)

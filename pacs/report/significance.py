@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pacs.eval.passk import pass_at_k_per_problem
-from pacs.report.collect import final_rows, read_metrics
+from pacs.report.collect import final_rows, published_value, read_metrics
 
 COLUMNS = ["model", "benchmark", "k", "method", "against", "difference", "ci_low", "ci_high", "p_le_0",
            "problems", "published_difference"]  # fmt: skip
@@ -91,15 +91,8 @@ def significance_table(manifest: dict, per_problem: pd.DataFrame, published: pd.
 
 
 def _published_difference(manifest, published, model, benchmark, k, method, against) -> float:
-    if published is None:
-        return float("nan")
-    names = (manifest["models"][model].get("published_as"), manifest["benchmarks"][benchmark].get("published_as"))
-    here = published[(published["model"] == names[0]) & (published["benchmark"] == names[1]) & (published["k"] == k)]
-    values = []
-    for m in (method, against):
-        cell = here[here["method"] == manifest["methods"][m].get("published_as")]
-        values.append(float(cell["pass_at_k"].iloc[0]) if len(cell) else float("nan"))
-    return values[0] - values[1]
+    return published_value(published, manifest, model, method, benchmark, k) - published_value(
+        published, manifest, model, against, benchmark, k)  # fmt: skip
 
 
 def _signed(x: float) -> str:
