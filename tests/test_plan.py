@@ -13,6 +13,7 @@ from pacs import experiment
 from pacs.cli import main
 from pacs.config import ConfigError
 from pacs.models.shapes import model_config, model_shape
+from pacs.plan.calibration import Calibration
 from pacs.plan.jobs import format_plan
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
@@ -151,8 +152,10 @@ def test_a_transformers_engine_has_no_vllm_share_to_check():
 def test_a_calibration_file_sets_the_constants(tmp_path):
     default = experiment.plan(tiny_config()).job("train/m/pacs")
     path = tmp_path / "gpu.json"
-    path.write_text(json.dumps({"gpu": "test GPU", "memory_bytes": 10**11, "peak_flops": 1e15, "train_mfu": 0.7,
-                                "generate_mfu": 0.4, "measured": {"anything": 1}}))  # fmt: skip
+    defaults = Calibration()
+    path.write_text(json.dumps({"gpu": "test GPU", "memory_bytes": 10**11, "peak_flops": 1e15,
+                                "train_mfu": 2 * defaults.train_mfu, "generate_mfu": 2 * defaults.generate_mfu,
+                                "measured": {"anything": 1}}))  # fmt: skip
     plan = experiment.plan(tiny_config(plan={"calibration": str(path)}))
     job = plan.job("train/m/pacs")
     assert plan.calibration.gpu == "test GPU" and job.memory["generate"]["vllm"] == int(0.5 * 10**11)
@@ -227,7 +230,7 @@ def test_the_paper_plan_under_a_time_limit_and_a_disk_quota(tmp_path, capsys):
     cal = plan.calibration
     checkpoint_s = sum(ppo.checkpoint.values()) / cal.checkpoint_bytes_per_s
     usable = 2880 * 60 - cal.startup_s - 1.5 * checkpoint_s
-    assert plan.segments(ppo.name) == -(-((ppo.seconds - cal.startup_s) * 1.5) // usable) == 3  # 70 h estimated, × 1.5
+    assert plan.segments(ppo.name) == -(-((ppo.seconds - cal.startup_s) * 1.5) // usable) == 4  # 120 h, × 1.5
     assert plan.runtime_minutes(ppo.name) == 2880 and plan.runtime_minutes(grpo.name) == 2880
     assert ppo.seconds_longest > 1.9 * ppo.seconds  # every response at 4,096 tokens, not the assumed mean 2,048
     full, policy = sum(grpo.checkpoint.values()), grpo.checkpoint["policy"]

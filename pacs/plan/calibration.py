@@ -5,8 +5,15 @@ the user's GPU and writes a calibration file (JSON, the keys of ``Calibration``)
 ``plan.calibration`` names it.
 
 - ``train_mfu``: model FLOPs (6·N per trained token, 2·N per scored token, attention added) per second
-  over the GPU's peak, for the FSDP2 update. Default 0.35, the low end of the 35-40 % that FSDP2 training
-  of 7-8B models is published to reach on H100s.
+  over the GPU's peak, for the FSDP2 update. Default 0.186, measured: the paper config's update (FSDP2 on one
+  rank, bf16 over fp32 masters, activation checkpointing, packed rows of one group of 8 responses to a
+  512-token prompt, DeepScaleR's response lengths up to 4,096) of the Qwen2.5-1.5B shape on one H100 80GB
+  HBM3 (torch 2.11, transformers 5.17, AdamW's multi-tensor kernels), November 2026: ``pacs bench update
+  --shape qwen2.5-1.5b --strategies fsdp --nproc 1 --compute-dtype bfloat16 --gradient-checkpointing --rows 8
+  --group-size 8 --prompt-length 512 --response-length 4096 --lengths deepscaler --peak-flops 989e12``
+  (0.72 s a step, 23,568 tokens/s; ``packed``, issue 39). Only that shape was measured: every other shape's
+  hours are priced at it (larger models run larger matrix multiplies at a higher MFU, so their hours are
+  likely overestimated; ``pacs bench gpu`` on the user's GPU and shapes replaces it).
   Activation checkpointing's recomputation is inside this efficiency, not in the FLOPs.
 - ``generate_mfu``: the same for generation (2·N per generated or prefilled token, attention added).
   Default 0.20: vLLM in bf16 generates about 12,500 output tokens/s for an 8B model on one H100, and
@@ -36,7 +43,7 @@ class Calibration:
     gpu: str = GPUS["h100"]["name"]
     memory_bytes: int = GPUS["h100"]["memory_bytes"]  # per GPU
     peak_flops: float = GPUS["h100"]["peak_flops"]  # dense bf16, per GPU
-    train_mfu: float = 0.35
+    train_mfu: float = 0.186  # measured at 1.5B on an H100 (above)
     generate_mfu: float = 0.20
     generate_engine: str = "vllm"  # what generate_mfu was measured with (transformers is slower than vLLM)
     # CUDA context, NCCL buffers and allocator fragmentation, per GPU, on top of what the plan counts
