@@ -24,7 +24,7 @@ from pacs.train.logprobs import PolicyScorer
 from pacs.train.loop import prepare_whole_batch
 from pacs.train.minibatch import forward_pass, update
 from pacs.train.packing import fixed_plan
-from pacs.train.rollouts import rank_share
+from pacs.train.rollouts import hf_engine, rank_share
 
 N = 4
 
@@ -104,6 +104,52 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
         results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
         torch.save(results, out_file)
+    torch.distributed.destroy_process_group()
+
+
+def fp32_sum_bound(abs_terms: torch.Tensor, terms: int, sigmas: float = 8.0) -> torch.Tensor:
+    """How far an fp32 sum of ``terms`` exactly representable terms (products of bf16 numbers are) may lie from
+    the exact sum, in whatever order it adds them: λ·√n·u·Σ|x_i| with u = 2⁻²⁴ the unit roundoff and
+    ``abs_terms`` = Σ|x_i|. Higham and Mary's probabilistic bound for inner products ("A new approach to
+    probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019): it holds with probability at least
+    1 − 2n·exp(−λ²(1−u)²/2) for rounding errors that are independent and of mean zero, 1 − 5e-11 per element for
+    λ = 8 and n = 2,049; the worst case, n·u·Σ|x_i|, is as large as a bf16 rounding of the sum."""
+    return sigmas * terms**0.5 * 2.0**-24 * abs_terms
+
+
+# (prompts, max_tokens) of each generate call on each rank: different lengths, numbers of generate calls inside
+# (prompt_batch_size 2) and, in the last, no prompt at all on rank 0
+GENERATE_CALLS = {0: [(3, 4), (3, 12), (0, 8)], 1: [(5, 12), (5, 24), (2, 8)]}
+
+
+def fsdp_generate_worker(rank: int, world: int, port: int, model_path, out_file) -> None:
+    """The trainer's transformers engine on an FSDP2-sharded policy (``hf_engine``), each rank sampling its
+    own prompts to its own lengths (``GENERATE_CALLS``), against the same engine on the whole model: per call,
+    the collectives issued (``c10d::`` operators on the host) and whether the samples are the same; then
+    whether every parameter is a shard again. Each rank saves its own."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    env = init_distributed(rank, world)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    stops = eos_token_ids(tokenizer)
+    whole = HFEngine(AutoModelForCausalLM.from_pretrained(model_path), tokenizer, stops, prompt_batch_size=2)
+    policy = AutoModelForCausalLM.from_pretrained(model_path)
+    root = wrap(PolicyScorer(policy, 1024), env, "fsdp")
+    engine = hf_engine(policy, tokenizer, stops, 2, root)
+    result = {"units": sum(isinstance(m, FSDPModule) for m in root.modules()), "calls": []}
+    for prompts, max_tokens in GENERATE_CALLS[rank]:
+        ids = [[10 + rank + i, 20 + i, 30] for i in range(prompts)]
+        params = SamplingParams(n=2, max_tokens=max_tokens, seed=100 + rank)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            sampled = engine.generate(ids, params)
+        collectives = {e.key: e.count for e in prof.key_averages() if e.key.startswith("c10d::")}
+        result["calls"].append({"collectives": collectives, "same": sampled == whole.generate(ids, params),
+                                "longest": max((len(c.token_ids) for g in sampled for c in g), default=0)})
+    result["sharded_after"] = all(isinstance(p, DTensor) for p in root.parameters())
+    torch.save(result, f"{out_file}.{rank}")
     torch.distributed.destroy_process_group()
 
 

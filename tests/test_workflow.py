@@ -279,7 +279,8 @@ def place_built(workdir: Path, toy_data: Path, tiny_model: Path) -> None:
 
 def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     """What the SLURM run adds is the SLURM path, not the computations (the local tiny run does all of
-    those): one method trained for 4 steps on 2 (fake) GPUs, evaluated with the base model on the toy task
+    those): one method trained for 4 steps on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with
+    transformers rollouts, each rank generating from the gathered policy), evaluated with the base model on the toy task
     and one real benchmark, from the tiny model the other tests share (building it is a job like the
     others), and the reports."""
     config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
@@ -290,7 +291,8 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
-                             "resources": {"train": {"gpu": 2}}, "train": {"trainer": {"total_steps": 4}},
+                             "resources": {"train": {"gpu": 2}},
+                             "train": {"trainer": {"total_steps": 4, "strategy": "fsdp"}},
                              "eval": {"checkpoints": ["last"]}})  # fmt: skip
     return overlay(workdir / "slurm.yaml", config)
 
@@ -535,7 +537,7 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
 def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
     """`snakemake --profile slurm all` as the README sets it up (``experiments``, beside the local run), on a
     slice of the tiny experiment (``slurm_config``). Training jobs ask for 2 (fake) GPUs: SLURM schedules
-    them, and each runs its launcher once, which starts 2 ranks (DDP on CPU)."""
+    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU)."""
     workdir, local, run = experiments["slurm"]
     done = run.result()
     output = done.stdout + done.stderr

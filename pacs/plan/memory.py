@@ -6,7 +6,8 @@ step's order), and the job's peak is the largest:
 - **generate**: the trainer's parameters and moments (gradients are freed after each optimizer step) and a
   reference's parameters, beside the engine: vLLM's share of the card, ``rollout.vllm.gpu_memory_utilization``
   (its KV cache is what is left of that share after its weights, in the compute dtype, and
-  ``vllm_overhead_bytes``), or transformers' KV cache of one ``generate`` call (``rollout.engine: hf``).
+  ``vllm_overhead_bytes``), or transformers' KV cache of one ``generate`` call (``rollout.engine: hf``) and,
+  under fsdp, the policy gathered whole in the compute dtype for that call.
 - **no_grad**: old log-probs, reference log-probs and values: the trainer's state as in generate, FSDP2's
   gathered root and two layers (compute dtype, no gradients), one micro-batch through a forward without
   autograd (``forward_bytes``) and its logits. vLLM sleeps (``rollout.vllm.sleep_level`` 1: its weights
@@ -168,6 +169,8 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
         generate["vllm"] = share
     if run["rollout"]["engine"] != "vllm":  # transformers samples from the trained policy itself
         generate["sampling"] = sampling_bytes(d, bc, run, world)
+        if fsdp:  # gathered whole in the compute dtype for the call (pacs.train.distributed.gathered)
+            generate["gathered"] = d["params"] * bc
         return {"generate": generate, "no_grad": no_grad, "update": update}
     length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][
         "max_response_length"]  # fmt: skip

@@ -1,6 +1,7 @@
 """The transformers ``generate`` engine: CPU or GPU, colocated with the policy it samples from."""
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from transformers import GenerationConfig
@@ -18,10 +19,15 @@ class HFEngine:
     pushed_dtype = None  # nothing is pushed: the engine samples from the trainer's own model object
 
     def __init__(self, model, tokenizer, stop_token_ids: list[int], prompt_batch_size: int = 64,
-                 generate: Callable | None = None):  # fmt: skip
+                 generate: Callable | None = None,
+                 gathered: Callable[[], AbstractContextManager] | None = None):  # fmt: skip
         """``generate``: what to call instead of ``model.generate`` (same arguments): the trainer's, for a model
-        whose parameters a wrapper gathers around its own forward (FSDP2)."""
+        whose parameters a wrapper gathers around its own forward (FSDP2). ``gathered``: a context around a
+        whole ``generate`` call inside which the model's parameters are whole (the trainer's: FSDP2's shards
+        gathered once, ``pacs.train.distributed.gathered``); transformers then keeps no ranks in step
+        (``synced_gpus`` off): each decodes its own prompts to their own lengths."""
         self.generate_fn = generate or model.generate
+        self.gathered = gathered
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -55,7 +61,8 @@ class HFEngine:
         out: list[list[Completion]] = []
         # fork_rng: a seeded call leaves the caller's global RNGs (CPU, and the CUDA device it samples on) as they were
         cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=cuda):
+        alone = {"synced_gpus": False} if self.gathered else {}
+        with torch.random.fork_rng(devices=cuda), (self.gathered or nullcontext)():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             for start in range(0, len(prompts), self.prompt_batch_size):
@@ -64,9 +71,8 @@ class HFEngine:
                 input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + list(p) for p in chunk])
                 attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
                 device = next(self.model.parameters()).device
-                sequences = self.generate_fn(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
-                )
+                sequences = self.generate_fn(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                             generation_config=config, **alone)  # fmt: skip
                 new = sequences[:, width:].tolist()
                 for i in range(len(chunk)):
                     out.append([self._complete(new[i * params.n + j], params.ignore_eos) for j in range(params.n)])

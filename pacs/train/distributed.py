@@ -7,7 +7,8 @@ touches nothing of torch.distributed, so ``pacs train`` runs without torchrun; o
 joins a process group of its own, so that it computes in ``trainer.compute_dtype`` as many ranks would.
 """
 
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +74,29 @@ def wrap(model: torch.nn.Module, env: DistEnv, strategy: str = "ddp", compute_dt
     # the root too is resharded after each forward: left gathered (FSDP2's default for the root), its
     # module.parameters() would be the gathered copies, which no gradient or optimizer step reaches
     return fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
+
+
+@contextmanager
+def gathered(module: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP2 unit of ``module`` all-gathered (and cast to its compute dtype) once, kept whole through every
+    forward inside, resharded at the end. transformers' ``generate`` through a sharded policy then issues one
+    all-gather per unit per call instead of one per unit per decoded token, and no collective while it decodes:
+    ranks may decode different numbers of tokens in different numbers of calls. A collective itself (every rank
+    enters it, in the same order); the whole model in the compute dtype is alive inside. Units go back to
+    resharding after each forward, as ``wrap`` made them. A module without FSDP2 units passes through."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in module.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+    for handle in [unit.unshard(async_op=True) for unit in units]:
+        handle.wait()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True, recurse=False)
 
 
 def full_tensors(model: torch.nn.Module):

@@ -37,9 +37,6 @@ LogFn = Callable[[dict], None]
 
 def check_sizes(config: RunConfig, env: DistEnv) -> None:
     t = config.trainer
-    if env.active and t.strategy == "fsdp" and config.rollout.engine == "hf":
-        raise ValueError("rollout.engine hf samples from the policy object itself, which trainer.strategy fsdp "
-                         "shards over ranks: use rollout.engine vllm, or trainer.strategy ddp")  # fmt: skip
     if not (env.active or dist.is_initialized()) and t.compute_dtype not in (None, config.model.dtype):
         raise ValueError(f"trainer.compute_dtype {t.compute_dtype} applies to fsdp in a process group, which pacs "
                          f"train makes (of one process, where there is one); without one the run would compute in "

@@ -25,7 +25,7 @@ from pacs.rollout.base import StaleRolloutError, derived_seed, rollout_seed, sto
 from pacs.rollout.fingerprint import fingerprint
 from pacs.train.batch import Batch, rollout_batch
 from pacs.train.config import RunConfig, compute_dtype
-from pacs.train.distributed import DistEnv, all_reduce, full_tensors
+from pacs.train.distributed import DistEnv, all_reduce, full_tensors, gathered
 from pacs.train.memory import phase
 
 
@@ -36,14 +36,7 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
     stops = stop_token_ids(policy.generation_config, tokenizer)
     r = config.rollout
     if r.engine == "hf":
-        from torch.distributed.fsdp import FSDPModule
-
-        from pacs.rollout.hf import HFEngine
-
-        # FSDP2 gathers the root's own parameters (embedding, final norm, head) around the root's forward only:
-        # generation goes through it (one rank: several would call generate a different number of times)
-        through_root = (lambda **kwargs: root(generate=kwargs)) if isinstance(root, FSDPModule) else None
-        return HFEngine(policy, tokenizer, stops, r.prompt_batch_size, through_root)
+        return hf_engine(policy, tokenizer, stops, r.prompt_batch_size, root)
     from pacs.rollout.vllm import VLLMEngine
 
     options = r.vllm
@@ -54,6 +47,20 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
     seed = derived_seed(config.trainer.seed, env.rank)
     # sample in the dtype the trainer computes in
     return VLLMEngine(str(start), stops, seed, compute_dtype(config), per_rank, options, in_process=True)
+
+
+def hf_engine(policy, tokenizer, stops: list[int], prompt_batch_size: int, root: torch.nn.Module | None):
+    """transformers' ``generate`` on the policy itself. Under FSDP2 (``root`` sharded) each call gathers the
+    policy once (``gathered``) and runs inside the root's forward (FSDP2 sets itself up on the root's first
+    forward): no collective per decoded token, so ranks generate their own prompts to their own lengths."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from pacs.rollout.hf import HFEngine
+
+    if not isinstance(root, FSDPModule):
+        return HFEngine(policy, tokenizer, stops, prompt_batch_size)
+    return HFEngine(policy, tokenizer, stops, prompt_batch_size, lambda **kwargs: root(generate=kwargs),
+                    lambda: gathered(root))  # fmt: skip
 
 
 def policy_weights(policy: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
