@@ -133,6 +133,11 @@ UPDATE_VARIANTS = {  # pacs bench update --variants: trainer options over the co
     "padded-unshared": {"pack_sequences": False, "share_prompt": False},
     "packed-unshared": {"pack_sequences": True, "share_prompt": False},
     "packed-compiled": {"pack_sequences": True, "compile": True},
+    # CUDA only (pacs.train.kernels); AdamW is fused on CUDA unless a variant says otherwise
+    "packed-liger": {"pack_sequences": True, "liger_kernels": True},
+    "packed-autotune": {"pack_sequences": True, "attention_autotune": True},
+    "packed-liger-autotune": {"pack_sequences": True, "liger_kernels": True, "attention_autotune": True},
+    "packed-unfused-adamw": {"pack_sequences": True, "optim": {"fused": False}},
 }
 
 
@@ -158,36 +163,51 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
         f"{first['rows_per_rank']} rows in groups of {first['group_size']}, prompt {first['prompt_length']}, "
         f"responses {first['lengths']} up to {first['response_length']} tokens"
     )
-    header = f"{'variant':16s} {'strategy':8s} {'ranks':>5s} {'state GB/rank':>13s} {'peak GB (max rank)':>18s}"
+    header = f"{'variant':21s} {'strategy':8s} {'ranks':>5s} {'AdamW':>7s} {'state GB/rank':>13s}"
+    header += f" {'peak GB (max rank)':>18s}"
     print(f"{header} {'s/step':>7s} {'tok/s':>8s} {'padding':>7s}" + (" MFU (attn)" if args.peak_flops else ""))
     for r in report["results"]:
         peak = max(x["peak_bytes"] for x in r["ranks"])
         mfu = f" {r['mfu']:.3f} ({r['mfu_attention']:.3f})" if "mfu" in r else ""
-        print(f"{r['variant']:16s} {r['strategy']:8s} {r['world_size']:5d} {r['state_bytes_per_rank'] / 1e9:13.2f} "
-              f"{peak / 1e9:18.2f} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} {r['padding_share']:7.1%}{mfu}")
+        print(f"{r['variant']:21s} {r['strategy']:8s} {r['world_size']:5d} {r['optimizer']:>7s} "
+              f"{r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} "
+              f"{r['padding_share']:7.1%}{mfu}")  # fmt: skip
         if "profile" in r:
             print(format_families(r["profile"]))
-            print(f"attention launches per layer (forward, recompute, backward): "
-                  f"{r['profile']['attention_launches_per_layer']:.0f}")
+            print(f"attention calls per layer (forward and recompute): "
+                  f"{r['profile']['attention_calls_per_layer']:.0f}")
         print(f"host s per micro-batch (its forward and backward, issued): {r['host_s_per_micro_batch']:.3f}")
     print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
+    return 0
+
+
+def cmd_bench_generate(args: argparse.Namespace) -> int:
+    from pacs.bench.generate import run_generate_bench
+
+    trainer = {"strategy": args.strategy, "compute_dtype": args.compute_dtype}
+    report = run_generate_bench(args.shape, _shape_overrides(args.set), args.nproc, trainer, args.prompts, args.n,
+                                args.prompt_length, args.new_tokens, args.variants)  # fmt: skip
+    atomic_write_json(args.out, report)
+    print(f"{report['shape']} {report['overrides']}, {report['world_size']} rank(s), {args.strategy}: per rank "
+          f"{args.prompts} prompts x {args.n} samples x {args.new_tokens} tokens")  # fmt: skip
+    print(f"{'variant':10s} {'rank':>4s} {'s/call':>7s} {'tokens/s':>9s} {'collectives':>11s}")
+    for rank, variants in enumerate(report["ranks"]):
+        for name, r in variants.items():
+            print(f"{name:10s} {rank:4d} {r['seconds']:7.3f} {r['tokens_per_s']:9.0f} {r['collectives']:11d}")
+    print(f"wrote {args.out}")
     return 0
 
 
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
     from pacs.bench.gpu import run_gpu_bench
 
-    overrides = _shape_overrides(args.set)
-    calibration = run_gpu_bench(args.shapes, overrides, args.rows, args.prompt_length, args.response_length,
-                                args.steps, args.generate_batch, args.new_tokens, args.peak_flops,
-                                args.allow_cpu)  # fmt: skip
-    atomic_write_json(args.out, calibration)
-    for u, g in zip(calibration["measured"]["updates"], calibration["measured"]["generations_transformers"],
-                    strict=True):  # fmt: skip
-        print(f"{u['shape']}: update {u['tokens_per_s']:.0f} tokens/s, train MFU {u['train_mfu']:.3f}, peak "
-              f"{u['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {u['planned_update_bytes'] / 1e9:.2f} GB); "
-              f"transformers generate {g['tokens_per_s']:.0f} tokens/s (MFU {g['generate_mfu']:.3f})")  # fmt: skip
-    print(f"wrote {args.out}: set plan.calibration to it")
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    run_gpu_bench(args.shapes, _shape_overrides(args.set), args.rows, args.prompt_length, args.response_length,
+                  args.steps, args.generate_batch, args.new_tokens, args.peak_flops, args.allow_cpu,
+                  lambda calibration: atomic_write_json(args.out, calibration), say)  # fmt: skip
+    print(f"wrote {args.out} (after each measurement): set plan.calibration to it")
     return 0
 
 
@@ -662,6 +682,20 @@ def build_parser() -> argparse.ArgumentParser:
     bu.add_argument("--profile", action="store_true", help="one more step under torch.profiler, by kernel family")
     bu.add_argument("--out", type=Path, default=Path("results/bench/update.json"))
     bu.set_defaults(func=cmd_bench_update)
+    bn = what.add_parser("generate", help="transformers generation from a policy spread as the trainer spreads it")
+    bn.add_argument("--shape", default="qwen2.5-0.5b", help="a model of pacs.models.shapes, random weights")
+    bn.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shape: num_hidden_layers=4")
+    bn.add_argument("--strategy", default="fsdp", choices=["ddp", "fsdp"], help="trainer.strategy")
+    bn.add_argument("--compute-dtype", choices=["float32", "bfloat16"], help="fsdp only (trainer.compute_dtype)")
+    bn.add_argument("--nproc", type=int, default=1, help="ranks (torchrun --standalone)")
+    bn.add_argument("--prompts", type=int, default=8, help="prompts per rank, in one generate call")
+    bn.add_argument("--n", type=int, default=4, help="samples per prompt")
+    bn.add_argument("--prompt-length", type=int, default=64)
+    bn.add_argument("--new-tokens", type=int, default=256, help="tokens sampled per sequence (stop tokens ignored)")
+    bn.add_argument("--variants", nargs="+", default=["per-token", "once"], choices=["per-token", "once"],
+                    help="fsdp: gather the policy for each decoded token, or once per call (the trainer's)")
+    bn.add_argument("--out", type=Path, default=Path("results/bench/generate.json"))
+    bn.set_defaults(func=cmd_bench_generate)
     bg = what.add_parser("gpu", help="this GPU's training and generation throughput: a calibration file for the plan")
     bg.add_argument("--shapes", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], help="of pacs.models.shapes")
     bg.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shapes")

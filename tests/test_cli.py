@@ -1,6 +1,8 @@
 import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from pacs.cli import main
 from pacs.verify import STATUSES
@@ -109,12 +111,53 @@ def test_bench_update_measures_padded_and_packed_rows_on_ragged_lengths(tmp_path
     assert 0 < packed["mfu_attention"] < packed["mfu"]
     families = packed["profile"]["families"]
     assert families["matmul"]["seconds"] > 0 and abs(sum(f["share"] for f in families.values()) - 1) < 1e-6
-    # attention calls per layer, forward and backward: padded, the prompts' and the responses' (shared prompts);
-    # packed on CPU, one per segment (2 prompts, 8 responses)
-    assert (padded["profile"]["attention_launches_per_layer"], packed["profile"]["attention_launches_per_layer"]) \
-        == (2 * 2, 2 * (2 + 8))
+    # attention calls per layer (no recompute here): padded, the prompts' and the responses' (shared prompts);
+    # packed, one, however many segments (2 prompts, 8 responses) its kernel covers
+    assert (padded["profile"]["attention_calls_per_layer"], packed["profile"]["attention_calls_per_layer"]) == (2, 1)
     assert 0 < packed["host_s_per_micro_batch"] <= packed["step_s"]
     assert "matmul" in capsys.readouterr().out
+
+
+def test_the_profile_sums_each_kernel_the_device_ran_once_by_family(tmp_path):
+    """A trace as torch.profiler exports it on a GPU, with the kernel names an H100 ran (cuBLAS's nvjet GEMMs,
+    FlexAttention's Triton templates and Inductor's kernels beside them, AdamW's multi-tensor kernels): each
+    kernel, copy and memset counted once in its family; the operators that launched them, annotation ranges and
+    host-side events not at all."""
+    from pacs.bench.profile import device_activities, families_of
+
+    device = [("kernel", "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NNT", "matmul"),
+              ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "matmul"),
+              ("kernel", "cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32_bf16_bf16", "matmul"),
+              ("kernel", "triton_tem_fused_flex_attention_0", "attention"),
+              ("kernel", "triton_tem_fused_flex_attention_backward_1", "attention"),
+              ("kernel", "triton_red_fused_mul_sum_0", "element-wise"),
+              ("kernel", "triton_poi_fused__to_copy_add_mul_pow_rsqrt_0", "element-wise"),
+              ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>", "element-wise"),
+              ("kernel", "void at::native::multi_tensor_apply_kernel<at::native::TensorListMetadata<4>, "
+                         "at::native::FusedAdamMathFunctor<float, 4>>", "optimizer"),
+              ("kernel", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "softmax/logsumexp"),
+              ("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "collectives"),
+              ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "copy/index"),
+              ("gpu_memset", "Memset (Device)", "copy/index")]  # fmt: skip
+    elsewhere = [("cpu_op", "aten::mm"), ("cpu_op", "aten::_flex_attention"), ("cuda_runtime", "cudaLaunchKernel"),
+                 ("gpu_user_annotation", "Optimizer.step#AdamW.step"), ("user_annotation", "Optimizer.step#AdamW.step"),
+                 ("overhead", "Command Buffer Full")]  # fmt: skip
+    events = [{"cat": c, "name": n, "dur": 1000 * (i + 1)} for i, (c, n, _) in enumerate(device)]
+    events += [{"cat": c, "name": n, "dur": 10**6} for c, n in elsewhere]
+
+    class Exported:
+        def export_chrome_trace(self, path):
+            Path(path).write_text(json.dumps({"traceEvents": events}))
+
+    timed = device_activities(Exported())
+    assert [name for name, _ in timed] == [name for _, name, _ in device]
+    profile = families_of(timed)
+    expected = {}
+    for i, (_, _, family) in enumerate(device):
+        expected[family] = expected.get(family, 0) + (i + 1) / 1000
+    assert {f: v["seconds"] for f, v in profile["families"].items() if v["seconds"]} == pytest.approx(expected)
+    assert profile["seconds"] == pytest.approx(sum(range(1, len(device) + 1)) / 1000)
+    assert profile["top"][0] == {"name": "Memset (Device)", "seconds": pytest.approx(len(device) / 1000)}
 
 
 def test_the_response_length_table_is_deepscalers(shared_data):

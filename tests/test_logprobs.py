@@ -30,6 +30,23 @@ def test_chunked_logprobs_and_entropy_equal_the_full_computation():
     torch.testing.assert_close(torch.autograd.grad(with_grad.sum(), weight)[0], want, atol=1e-5, rtol=1e-4)
 
 
+def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum_on_cpu():
+    """``_accumulate_head_grad``'s CPU path (the operands upcast, one fp32 GEMM): within ``fp32_sum_bound`` of
+    the exact sum, as the GPU suite holds its CUDA GEMM to; a result rounded through bf16 is not."""
+    from helpers import fp32_sum_bound
+
+    from pacs.train.logprobs import _accumulate_head_grad
+
+    g, rows = torch.Generator().manual_seed(0), 1024
+    hidden, dlogits = (torch.randn(rows, width, generator=g).bfloat16() for width in (64, 512))
+    grad = torch.randn(512, 64, generator=g)
+    exact = grad.double() + dlogits.T.double() @ hidden.double()
+    bound = fp32_sum_bound(grad.double().abs() + dlogits.T.double().abs() @ hidden.double().abs(), rows + 1)
+    _accumulate_head_grad(grad, dlogits, hidden)
+    assert grad.dtype == torch.float32 and ((grad.double() - exact).abs() <= bound).all()
+    assert ((exact.bfloat16().double() - exact).abs() > bound).any()
+
+
 def test_chunked_logprobs_need_a_fraction_of_the_memory():
     """Peak RSS of fresh processes, above what the inputs alone take: 2 × 1024 positions, a 32,768-token
     vocabulary (256 MB of fp32 logits); measured 793 MB for the full path and 128 MB in chunks of 256."""

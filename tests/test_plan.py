@@ -3,6 +3,7 @@ a tiny experiment, the paper's plan, and configs that cannot fit their GPU."""
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -256,16 +257,22 @@ def test_plan_settings_are_checked():
 
 def test_pacs_bench_gpu_writes_a_calibration_that_the_plan_reads(tmp_path, capsys):
     """The GPU bench's code on the CPU (FSDP2 over a group of one, bf16 compute, checkpointing, chunked
-    log-probs; transformers generation): its file sets the plan's constants. Without CUDA and without
-    --allow-cpu it refuses."""
+    log-probs; transformers generation): its file sets the plan's constants. It says what it measures as it
+    goes and writes the file after each measurement, so a bench stopped midway (here by a shape it does not
+    know) leaves what it measured. Without CUDA and without --allow-cpu it refuses."""
     out = tmp_path / "gpu.json"
-    args = ["bench", "gpu", "--shapes", "tiny", "--rows", "2", "--prompt-length", "16", "--response-length", "48",
-            "--steps", "2", "--generate-batch", "4", "--new-tokens", "8", "--peak-flops", "1e12",
-            "--out", str(out)]  # fmt: skip
+    args = ["bench", "gpu", "--shapes", "tiny", "qwen9-nope", "--rows", "2", "--prompt-length", "16",
+            "--response-length", "48", "--steps", "2", "--generate-batch", "4", "--new-tokens", "8",
+            "--peak-flops", "1e12", "--out", str(out)]  # fmt: skip
     if not torch.cuda.is_available():
         assert main(args) == 2 and "CUDA" in capsys.readouterr().err and not out.exists()
-    assert main([*args, "--allow-cpu"]) == 0
+    assert main([*args, "--allow-cpu"]) == 2
+    said = capsys.readouterr()
+    assert "qwen9-nope" in said.err
+    assert re.search(r"tiny: 2 update steps.*\ntiny: update \d+ tokens/s.*\ntiny: transformers generate, 4 sequences"
+                     r".*\ntiny: transformers generate \d+ tokens/s", said.out), said.out  # fmt: skip
     data = json.loads(out.read_text())
+    assert [u["shape"] for u in data["measured"]["updates"]] == ["tiny"]
     update = data["measured"]["updates"][0]
     assert update["strategy"] == "fsdp" and update["trainer"]["compute_dtype"] == "bfloat16"
     assert update["planned"]["gathered"] > 0 and 0 < data["train_mfu"] == update["train_mfu"]

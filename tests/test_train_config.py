@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from pacs.config import ConfigError, load_yaml
 from pacs.train.config import load_run_config, objective_config, resolve
@@ -74,5 +75,30 @@ def test_a_strategy_the_ranks_cannot_run_is_an_error_naming_it():
     check_sizes(resolve(fsdp), DistEnv(0, 2))
     with pytest.raises(ValueError, match="trainer.compute_dtype bfloat16 applies to fsdp in a process group"):
         check_sizes(resolve(fsdp), DistEnv())  # outside pacs train it would compute in float32 without saying so
-    with pytest.raises(ValueError, match="rollout.engine hf"):
-        check_sizes(resolve({**fsdp, "rollout": {"engine": "hf"}}), DistEnv(0, 2))
+    check_sizes(resolve({**fsdp, "rollout": {"engine": "hf"}}), DistEnv(0, 2))  # gathered once per call
+
+
+def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_tiny_model):
+    """Liger's kernels and the autotuned attention are CUDA's: asked for on a CPU, an error names the key
+    (pacs train and pacs bench update spread the model through the same check). AdamW is fused on CUDA only,
+    unless optim.fused says otherwise."""
+    from transformers import AutoModelForCausalLM
+
+    from pacs.config import from_dict
+    from pacs.train.config import OptimConfig, TrainerConfig
+    from pacs.train.distributed import DistEnv
+    from pacs.train.kernels import adamw
+    from pacs.train.models import scorer_of, spread
+
+    for key in ("liger_kernels", "attention_autotune"):
+        trainer = from_dict(TrainerConfig, {key: True})
+        model = AutoModelForCausalLM.from_pretrained(raw_tiny_model)
+        with pytest.raises(ValueError, match=f"trainer.{key} needs CUDA .* runs on cpu: set trainer.{key} false"):
+            spread(scorer_of(model, trainer), trainer, DistEnv())
+    with pytest.raises(ConfigError, match="trainer.attention_autotune .* needs trainer.pack_sequences true"):
+        resolve({**MINIMAL, "trainer": {"attention_autotune": True, "pack_sequences": False}})
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert adamw(params, 1e-3, OptimConfig(), "cpu").defaults["fused"] is None  # torch's default on a CPU
+    assert adamw(params, 1e-3, OptimConfig(), "cuda:0").defaults["fused"] is True
+    assert adamw(params, 1e-3, OptimConfig(fused=False), "cuda:0").defaults["fused"] is None
+    assert adamw(params, 1e-3, OptimConfig(fused=True), "cpu").defaults["fused"] is True

@@ -18,6 +18,7 @@ It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests), where the fi
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 from pacs.plan.calibration import Calibration
 
@@ -62,8 +63,11 @@ def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: in
 
 def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: int, response_length: int,
                   steps: int, generate_batch: int, new_tokens: int, peak_flops: float | None,
-                  allow_cpu: bool = False) -> dict:  # fmt: skip
-    """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give."""
+                  allow_cpu: bool = False, done: Callable[[dict], None] = lambda calibration: None,
+                  say: Callable[[str], None] = lambda line: None) -> dict:  # fmt: skip
+    """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give. ``say`` hears
+    each measurement begin and end; ``done`` gets the calibration of what is measured so far after each (the
+    largest shape's ``train_mfu`` yet), so that a bench stopped midway leaves what it measured."""
     import torch
 
     from pacs.bench.update import measure
@@ -87,27 +91,41 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
            "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "prompt_batch_size": 1,
                        "vllm": {}}}  # fmt: skip
     updates, generations = [], []
+    default = Calibration()
+
+    def calibration() -> dict:
+        measured = [u["shape"] for u in updates]
+        return {
+            "gpu": name,
+            "memory_bytes": memory or default.memory_bytes,
+            "peak_flops": peak,
+            "train_mfu": updates[-1]["train_mfu"] if updates else default.train_mfu,
+            "generate_mfu": default.generate_mfu,
+            "generate_engine": "vllm (default; transformers measured below)",
+            "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train_mfu of "
+                      f"{measured[-1] if measured else 'no shape (the default)'}; measured {measured}",
+            "measured": {"updates": updates, "generations_transformers": generations},
+        }  # fmt: skip
+
     for shape in shapes:
+        config = model_config(shape, **overrides)
+        say(f"{shape}: {steps} update steps of {rows} rows ({prompt_length} + up to {response_length} tokens)")
         result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps, peak,
                          group_size=rows, lengths="deepscaler")  # fmt: skip
-        config = model_config(shape, **overrides)
         planned = training_memory(config, run, 1, False, False, 0, 0, 0)["update"]
         updates.append({**result, "train_mfu": result["mfu"],
                         "planned_update_bytes": sum(planned.values()), "planned": planned})  # fmt: skip
+        say(f"{shape}: update {result['tokens_per_s']:.0f} tokens/s, train MFU {result['mfu']:.3f}, peak "
+            f"{result['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {sum(planned.values()) / 1e9:.2f} GB)")
+        done(calibration())
+        say(f"{shape}: transformers generate, {generate_batch} sequences x {new_tokens} tokens")
         g = generation_worker(shape, overrides, generate_batch, prompt_length, new_tokens)
         context = prompt_length + new_tokens / 2
         gen_flops = forward_flops(dims(config), generate_batch * (new_tokens + prompt_length), context)
-        generations.append({**g, "generate_mfu": gen_flops / g["seconds"] / peak})
-    default = Calibration()
-    calibration = {
-        "gpu": name,
-        "memory_bytes": memory or default.memory_bytes,
-        "peak_flops": peak,
-        "train_mfu": updates[-1]["train_mfu"],
-        "generate_mfu": default.generate_mfu,
-        "generate_engine": "vllm (default; transformers measured below)",
-        "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train_mfu of {shapes[-1]}",
-        "measured": {"updates": updates, "generations_transformers": generations},
-    }
-    assert set(calibration) - {"measured"} <= {f.name for f in dataclasses.fields(Calibration)}
-    return calibration
+        mfu = gen_flops / g["seconds"] / peak
+        generations.append({**g, "generate_mfu": mfu})
+        say(f"{shape}: transformers generate {g['tokens_per_s']:.0f} tokens/s (MFU {mfu:.3f})")
+        done(calibration())
+    result = calibration()
+    assert set(result) - {"measured"} <= {f.name for f in dataclasses.fields(Calibration)}
+    return result

@@ -66,19 +66,21 @@ def batch_work(batch, n: int, shared: bool, packed: bool) -> dict:
 
 def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int, response_length: int,
                   steps: int, peak_flops: float | None, group_size: int = 1, lengths: str = "fixed",
-                  profile: bool = False) -> dict | None:  # fmt: skip
-    """One rank's measurement (inside torchrun, or alone); rank 0 returns every rank's, the others None."""
+                  profile: bool = False, optim: dict | None = None) -> dict | None:  # fmt: skip
+    """One rank's measurement (inside torchrun, or alone); rank 0 returns every rank's, the others None.
+    ``optim``: keys of ``OptimConfig`` for AdamW (``fused``)."""
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from pacs.bench.profile import attention_launches, kernel_families
+    from pacs.bench.profile import attention_calls, kernel_families
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
     from pacs.train.batch import PACKED, token_logprobs
-    from pacs.train.config import TrainerConfig
+    from pacs.train.config import OptimConfig, TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
+    from pacs.train.kernels import adamw
     from pacs.train.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.models import scorer_of, spread
     from pacs.train.varlen import PackedRows, to_device
@@ -94,7 +96,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
     module = spread(scorer_of(model, t), t, env)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-6, weight_decay=0.01)
+    optimizer = adamw(module.parameters(), 1e-6, from_dict(OptimConfig, optim or {}, "optim"), env.device)
     del model
     gc.collect()
     if cuda:
@@ -134,9 +136,16 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if profile:
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=activities) as prof:
+            if cuda:  # the step's time on the device, beside the kernels' sum
+                began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                began.record()
             step()
+            if cuda:
+                ended.record()
+                ended.synchronize()
         families = {**kernel_families(prof, cuda),
-                    "attention_launches_per_layer": attention_launches(prof, cuda) / config.num_hidden_layers}
+                    "attention_calls_per_layer": attention_calls(prof) / config.num_hidden_layers,
+                    **({"step_gpu_s": began.elapsed_time(ended) / 1e3} if cuda else {})}  # fmt: skip
     d = dims(config)
     n = d["params"]
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
@@ -178,52 +187,60 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
         "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
         / sum(r["work"]["computed_positions"] for r in ranks),
-        "update_flops": flops, **mfu, "state_bytes_per_rank": state, "ranks": ranks,
+        "optimizer": "fused" if optimizer.defaults["fused"] else "default", "update_flops": flops, **mfu,
+        "state_bytes_per_rank": state, "ranks": ranks,
         **({"profile": families} if families else {}),
     }  # fmt: skip
 
 
-def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
-            response_length: int, steps: int, peak_flops: float | None = None, timeout_s: float = 3600,
-            **batch) -> dict:  # fmt: skip
-    """``update_worker`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1); a
-    run past ``timeout_s`` is killed and raises. ``batch``: ``group_size``, ``lengths``, ``profile``."""
-    spec = json.dumps({"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows,
-                       "prompt_length": prompt_length, "response_length": response_length, "steps": steps,
-                       "peak_flops": peak_flops, **batch})  # fmt: skip
+def run_ranks(module: str, nproc: int, spec: dict, timeout_s: float = 3600) -> dict:
+    """``python -m module SPEC`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1);
+    rank 0's last JSON line. A run past ``timeout_s`` is killed and raises."""
     launcher = [sys.executable]
     if nproc > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     # glibc keeps freed heap memory resident, so RSS would include every transient buffer FSDP has freed;
     # allocations of 64 KiB and above from mmap go back to the OS when freed, as a GPU allocator's would
     env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", **os.environ}
-    done = subprocess.run([*launcher, "-m", "pacs.bench.update", spec], capture_output=True, text=True, env=env,
+    done = subprocess.run([*launcher, "-m", module, json.dumps(spec)], capture_output=True, text=True, env=env,
                           check=False, timeout=timeout_s)  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"pacs.bench.update ({nproc} ranks, {trainer}) failed: {done.stderr[-3000:]}")
+        raise RuntimeError(f"{module} ({nproc} ranks, {spec.get('trainer')}) failed: {done.stderr[-3000:]}")
     return json.loads([x for x in done.stdout.splitlines() if x.startswith("{")][-1])
+
+
+def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
+            response_length: int, steps: int, peak_flops: float | None = None, timeout_s: float = 3600,
+            **batch) -> dict:  # fmt: skip
+    """``update_worker`` on ``nproc`` ranks (``run_ranks``). ``batch``: ``group_size``, ``lengths``, ``profile``."""
+    spec = {"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows, "prompt_length": prompt_length,
+            "response_length": response_length, "steps": steps, "peak_flops": peak_flops, **batch}  # fmt: skip
+    return run_ranks("pacs.bench.update", nproc, spec, timeout_s)
 
 
 def run_update_bench(shape: str, overrides: dict, strategies: list[str], nproc: int, trainer: dict, rows: int,
                      prompt_length: int, response_length: int, steps: int, peak_flops: float | None = None,
                      variants: dict[str, dict] | None = None, **batch) -> dict:  # fmt: skip
     """Each strategy (``single``: one process; ``ddp``/``fsdp`` on ``nproc`` ranks), and each variant of
-    the trainer options (name: options over ``trainer``), on the same update."""
+    the trainer options (name: options over ``trainer``, and AdamW's under ``optim``), on the same update."""
     results = []
     for name, options in (variants or {"": {}}).items():
+        options = dict(options)
+        optim = options.pop("optim", {})
         for strategy in strategies:
             ranks = 1 if strategy == "single" else nproc
             t = {**trainer, **options, "strategy": "ddp" if strategy == "single" else strategy}
-            r = measure(ranks, shape, overrides, t, rows, prompt_length, response_length, steps, peak_flops, **batch)
+            r = measure(ranks, shape, overrides, t, rows, prompt_length, response_length, steps, peak_flops,
+                        optim=optim, **batch)  # fmt: skip
             results.append({"variant": name, **r})
     return {"results": results}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="one rank of the update benchmark (under torchrun); rank 0 prints JSON")
-    p.add_argument("spec", help="JSON: shape, overrides, trainer, rows, prompt_length, response_length, steps")
-    spec = json.loads(p.parse_args(argv).spec)
-    result = update_worker(**spec)
+def rank_main(worker, argv: list[str] | None) -> int:
+    """One rank of a benchmark launched by ``run_ranks``: ``worker(**spec)``; rank 0 prints its JSON."""
+    p = argparse.ArgumentParser(description="one rank of a benchmark (under torchrun); rank 0 prints JSON")
+    p.add_argument("spec", help="JSON: the worker's keyword arguments")
+    result = worker(**json.loads(p.parse_args(argv).spec))
     if result is not None:
         print(json.dumps(result), flush=True)
     import torch.distributed as dist
@@ -238,4 +255,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rank_main(update_worker, None))

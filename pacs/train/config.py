@@ -72,6 +72,8 @@ class OptimConfig:
     grad_clip: float | None = None  # max global grad norm; null: none (PACS); filled with 1.0 for PPO/GRPO
     critic_lr: float = 1e-5  # PPO critic
     critic_grad_clip: float | None = 1.0
+    # AdamW's fused kernel (pacs.train.kernels); null: fused on CUDA, torch's default (a loop) on a CPU
+    fused: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ class TrainerConfig:
     # each micro-batch's rows laid end to end in one sequence without padding, attention kept within each row
     # (its group's prompt and itself; pacs.train.varlen); false: rows padded to the micro-batch's longest
     pack_sequences: bool = True
+    # CUDA only (pacs.train.kernels): Liger's Triton RMSNorm, SwiGLU and RoPE kernels in the decoder layers
+    liger_kernels: bool = False
+    # CUDA only: the packed rows' FlexAttention compiled with autotuning (forward and backward kernels); its first
+    # steps pay the tuning. Needs pack_sequences
+    attention_autotune: bool = False
     # PACS v2: every K steps the reference becomes the current policy and the actor's AdamW state starts afresh
     # (for objectives with a reference: algorithm.options.reward_proxy reference, or a KL term); null: never
     reference_reset_every: int | None = None
@@ -124,6 +131,9 @@ class TrainerConfig:
             raise ValueError(
                 f"trainer.mini_batch_size {self.mini_batch_size} must divide trainer.batch_size {self.batch_size}"
             )
+        if self.attention_autotune and not self.pack_sequences:
+            raise ValueError("trainer.attention_autotune tunes the packed rows' FlexAttention: it needs "
+                             "trainer.pack_sequences true")  # fmt: skip
         if self.compile and self.share_prompt and not self.pack_sequences:
             # padded rows share the prompt through a KV cache that each layer calls with its own layer_idx:
             # Dynamo specializes on it and compiles every layer anew, past its recompile limit on deep models

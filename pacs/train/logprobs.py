@@ -151,14 +151,15 @@ class PolicyScorer(torch.nn.Module):
     kept to check against)."""
 
     def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False,
-                 pack: bool = False):  # fmt: skip
+                 pack: bool = False, autotune: bool = False):  # fmt: skip
         """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_full_sdpa``).
-        ``pack``: the rows go through the decoder as one sequence without padding (``pacs.train.varlen``)."""
+        ``pack``: the rows go through the decoder as one sequence without padding (``pacs.train.varlen``), with
+        ``autotune`` on FlexAttention compiled with autotuning."""
         super().__init__()
         self.model, self.chunk_size, self.share_prompt, self.pack = model, chunk_size, share_prompt, pack
         self._no_split_modules = getattr(model, "_no_split_modules", None)
         if pack:
-            use_varlen_attention(model)
+            use_varlen_attention(model, autotune)
         elif share_prompt:
             check_full_sdpa(model, "share_prompt")  # it builds SDPA boolean masks
             for layer in model.modules():  # they may keep the prompt's cache under checkpointing (see _PromptKV)

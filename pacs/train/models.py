@@ -18,12 +18,9 @@ from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
+from pacs.train.kernels import adamw, check_device, use_liger_kernels
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.varlen import use_varlen_attention
-
-
-def adamw(params, lr: float, optim) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
 
 
 @dataclass
@@ -45,14 +42,19 @@ class Models:
 
 
 def scorer_of(model: torch.nn.Module, trainer: TrainerConfig) -> PolicyScorer:
-    return PolicyScorer(model, trainer.logprob_chunk_size, trainer.share_prompt, trainer.pack_sequences)
+    return PolicyScorer(model, trainer.logprob_chunk_size, trainer.share_prompt, trainer.pack_sequences,
+                        trainer.attention_autotune)  # fmt: skip
 
 
 def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
-    """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with activation
-    checkpointing when it is trained and ``trainer.gradient_checkpointing`` is on; a model that is not
+    """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with Liger's kernels
+    where ``trainer.liger_kernels`` asks, activation checkpointing when it is trained and
+    ``trainer.gradient_checkpointing`` is on; a model that is not
     trained is left unwrapped where nothing needs synchronising (one rank, or ddp)."""
     hf = model.model if isinstance(model, PolicyScorer) else model
+    check_device(trainer, env.device)
+    if trainer.liger_kernels:
+        use_liger_kernels(hf)
     if trainer.compile:  # before the layers are sharded, as torchtitan does; the attention call stays eager
         for layer in hf.base_model.layers:
             layer.compile(dynamic=True)
@@ -77,7 +79,7 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
     policy = AutoModelForCausalLM.from_pretrained(resume or config.model.path, dtype=dtype)
     policy_module = spread(scorer_of(policy, t), t, env)
     models = Models(AutoTokenizer.from_pretrained(config.model.path), policy, policy_module,
-                    adamw(policy_module.parameters(), config.optim.lr, config.optim))  # fmt: skip
+                    adamw(policy_module.parameters(), config.optim.lr, config.optim, env.device))  # fmt: skip
     if "ref_logprobs" in needs:
         snapshot = resume / "reference" if resume else None
         start = snapshot if snapshot and snapshot.is_dir() else config.model.path
@@ -89,9 +91,10 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
         critic_config = AutoConfig.from_pretrained(path, num_labels=1, classifier_dropout=0.0)
         models.critic = AutoModelForTokenClassification.from_pretrained(path, config=critic_config, dtype=dtype)
         if t.pack_sequences:
-            use_varlen_attention(models.critic)
+            use_varlen_attention(models.critic, t.attention_autotune)
         models.critic_module = spread(models.critic, t, env)
-        models.critic_optimizer = adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim)
+        models.critic_optimizer = adamw(models.critic_module.parameters(), config.optim.critic_lr, config.optim,
+                                        env.device)  # fmt: skip
     if resume:
         masters = master_modules(config, models)
         state, rng = ckpt.load_trainer_state(resume, env.rank, optimizer_modules(models), masters)
@@ -156,5 +159,6 @@ def reset_reference(step: int, config: RunConfig, models: Models) -> None:
     for (name, r), (other, p) in zip(reference, policy, strict=True):
         assert name == other, f"reference {name} against policy {other}"
         r.copy_(p)
-    models.optimizer = adamw(models.policy_module.parameters(), config.optim.lr, config.optim)
+    device = next(models.policy_module.parameters()).device
+    models.optimizer = adamw(models.policy_module.parameters(), config.optim.lr, config.optim, str(device))
     models.reference_step = step

@@ -33,8 +33,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 IMPLEMENTATION = "pacs_varlen"
+AUTOTUNED = "pacs_varlen_autotuned"  # the same, FlexAttention compiled with autotuning (trainer.attention_autotune)
+ATTENTION_CALL = "pacs::varlen_attention"  # the profiler's range around each call on packed rows
 BLOCK = 128  # FlexAttention's block: the block mask says which (query block, key block) pairs are computed
-_compiled_flex = None  # torch.compile(flex_attention), made on first use: one compile per dynamic shape family
+# torch.compile(flex_attention) by autotuning or not, made on first use: one compile per dynamic shape family
+_compiled_flex: dict[bool, object] = {}
 
 
 def to_device(x: Tensor, device) -> Tensor:
@@ -186,30 +189,45 @@ def segment_block_mask(sizes: list[int], context: list[int | None], device) -> B
                                     seq_lengths=(length, length))  # fmt: skip
 
 
-def _flex(device: torch.device):
-    """FlexAttention compiled on a GPU (its fused kernels); eager elsewhere (a reference that reads the whole mask)."""
-    global _compiled_flex
+def _flex(device: torch.device, autotune: bool = False):
+    """FlexAttention compiled on a GPU (its fused kernels; with ``autotune``, each kernel's tile sizes tuned on this
+    GPU, its backward's included: max-autotune without CUDA graphs, as torchtitan compiles it); eager elsewhere
+    (a reference that reads the whole mask)."""
     if device.type != "cuda":
         return flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=True)
-    return _compiled_flex
+    if autotune not in _compiled_flex:
+        mode = "max-autotune-no-cudagraphs" if autotune else None
+        _compiled_flex[autotune] = torch.compile(flex_attention, dynamic=True, mode=mode)
+    return _compiled_flex[autotune]
 
 
 @torch.compiler.disable
 def varlen_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask,
                      scaling: float | None = None, dropout: float = 0.0, packed: PackedRows | None = None,
-                     **kwargs) -> tuple[Tensor, None]:  # fmt: skip
+                     autotune: bool = False, **kwargs) -> tuple[Tensor, None]:  # fmt: skip
     """Attention over ``packed``'s segments: query (1, heads, L, d), key and value (1, kv_heads, L, d) ->
     (1, L, heads, d). Without ``packed``: transformers' SDPA attention."""
     if packed is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)  # fmt: skip
+    with torch.profiler.record_function(ATTENTION_CALL):  # a call, as pacs bench update --profile counts them
+        return _packed_attention(query, key, value, packed, scaling, dropout, autotune)
+
+
+@torch.compiler.disable
+def autotuned_varlen_attention(*args, **kwargs) -> tuple[Tensor, None]:
+    """``varlen_attention`` on FlexAttention compiled with autotuning."""
+    return varlen_attention(*args, autotune=True, **kwargs)
+
+
+def _packed_attention(query: Tensor, key: Tensor, value: Tensor, packed: PackedRows, scaling: float | None,
+                      dropout: float, autotune: bool) -> tuple[Tensor, None]:  # fmt: skip
     gqa = query.shape[1] != key.shape[1]
     if packed.uses_flex(query.device):
         if dropout:
             raise ValueError("packed attention on FlexAttention has no dropout: set the model's attention_dropout 0")
-        out = _flex(query.device)(query, key, value, block_mask=packed.block_mask(), scale=scaling, enable_gqa=gqa)
+        flex = _flex(query.device, autotune)
+        out = flex(query, key, value, block_mask=packed.block_mask(), scale=scaling, enable_gqa=gqa)
         return out.transpose(1, 2).contiguous(), None
     # split, not sliced: a slice's backward writes a zero tensor of the whole sequence per segment
     queries, keys, values = (x.split(packed.sizes, 2) for x in (query, key, value))
@@ -226,8 +244,9 @@ def varlen_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value:
     return torch.cat(out, 2).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(IMPLEMENTATION, varlen_attention)
-AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)  # generation and padded batches build SDPA's masks
+for name, attention in ((IMPLEMENTATION, varlen_attention), (AUTOTUNED, autotuned_varlen_attention)):
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, sdpa_mask)  # generation and padded batches build SDPA's masks
 
 
 def check_full_sdpa(model: torch.nn.Module, key: str) -> None:
@@ -235,17 +254,18 @@ def check_full_sdpa(model: torch.nn.Module, key: str) -> None:
     else an error naming the trainer ``key`` that asks for it."""
     config = model.config
     layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if config._attn_implementation not in ("sdpa", IMPLEMENTATION) or set(layer_types) != {"full_attention"}:
+    if config._attn_implementation not in ("sdpa", IMPLEMENTATION, AUTOTUNED) or set(layer_types) != {"full_attention"}:
         raise ValueError(
             f"trainer.{key} needs SDPA attention over full (not sliding-window) layers; this model has "
             f"{config._attn_implementation} attention over {sorted(set(layer_types))}: set trainer.{key} false"
         )
 
 
-def use_varlen_attention(model: torch.nn.Module) -> None:
-    """Switch ``model`` (SDPA attention over full, not sliding-window, layers) to ``varlen_attention``."""
+def use_varlen_attention(model: torch.nn.Module, autotune: bool = False) -> None:
+    """Switch ``model`` (SDPA attention over full, not sliding-window, layers) to ``varlen_attention``, on
+    FlexAttention compiled with autotuning where ``autotune`` asks (CUDA; ``trainer.attention_autotune``)."""
     check_full_sdpa(model, "pack_sequences")
-    model.set_attn_implementation(IMPLEMENTATION)
+    model.set_attn_implementation(AUTOTUNED if autotune else IMPLEMENTATION)
 
 
 def packed_hidden(decoder: torch.nn.Module, packed: PackedRows, input_ids: Tensor, position_ids: Tensor) -> Tensor:
