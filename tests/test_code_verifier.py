@@ -2,6 +2,7 @@
 answer holds, the tests file's checks, a program's time budget and parallel verdicts in the pool."""
 
 import json
+import time
 
 import pytest
 
@@ -90,3 +91,23 @@ def test_odd_outputs_are_judged_not_crashed_on():
     tests = CodeTests((CodeTest("", "é" * 300_000, "stdin"),), None)  # 600 kB of UTF-8 back through the pipe
     assert run_program("print('é' * 300_000)", tests, CodeConfig(output_mb=1)).status == "passed"
     assert run_program("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe')", tests).status == "failed"
+
+
+def test_no_program_waits_behind_a_long_one_while_a_worker_is_idle():
+    """Two programs that sleep LONG s and ten that sleep 0.05 s (sleeping takes no CPU, so two cores serve three
+    workers), the two long ones first, where a pool dealing chunks ahead hands both to one worker (2 × LONG).
+    Handed out as workers free up, the two long ones run side by side and the third worker takes the short ones:
+    the whole takes about the longest program, every verdict in its place."""
+    long_s = 4.0
+    tests = json.dumps({"tests": [{"input": "", "output": "1", "testtype": "stdin"}], "fn_name": None})
+    sleeps = [long_s, long_s] + [0.05] * 10
+    answers = [f"```python\nimport time\ntime.sleep({s})\nprint(1)  # {i}\n```" for i, s in enumerate(sleeps)]
+    with VerifierPool(workers=3, code=CodeConfig(timeout_s=long_s + 5)) as pool:
+        pool.score([tests] * 3, [f"```python\nprint(1)  # warm {i}\n```" for i in range(3)], "code")
+        start = time.monotonic()
+        verdicts = pool.score([tests] * len(answers), answers, "code")
+        wall = time.monotonic() - start
+    assert [v.status for v in verdicts] == ["passed"] * len(answers)
+    assert [v.seconds >= s for v, s in zip(verdicts, sleeps, strict=True)] == [True] * len(answers)
+    print(f"\n{wall:.2f} s for programs of {long_s} s at most")
+    assert wall < long_s + 2.0 < 2 * long_s  # a worker idle while another held the second long one: 2 × long_s

@@ -64,7 +64,9 @@ def rewards(out) -> list:
 
 @pytest.fixture(scope="module")
 def config(tiny_model, toy_data, tmp_path_factory):
-    return write_run_config(tmp_path_factory.mktemp("cfg") / "run.yaml", tiny_model, toy_data)
+    """The small run, its verifier workers left to the node (pacs.verify.pool.node_workers)."""
+    return write_run_config(tmp_path_factory.mktemp("cfg") / "run.yaml", tiny_model, toy_data,
+                            verifier={"workers": None})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,10 @@ def uninterrupted(config, tmp_path_factory):
 def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, config):
     records = read_metrics(uninterrupted / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5, 6]
-    assert records.pop(0) == {"step": 0, "data/prompts": 4000, "data/prompts_dropped": 0}
+    from pacs.verify.pool import node_workers
+
+    assert records.pop(0) == {"step": 0, "data/prompts": 4000, "data/prompts_dropped": 0,
+                              "verifier/workers": node_workers(1)}  # fmt: skip
     for r in records:
         assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
         assert 0.0 <= r["reward/mean"] <= 1.0 and r["time/step"] > 0

@@ -117,6 +117,17 @@ def test_pool_deduplicates_and_agrees_with_in_process_scoring():
     assert set(counts) == set(STATUSES) and sum(counts.values()) == len(golds)
 
 
+def test_the_trainers_verifier_workers_follow_the_node():
+    """verifier.workers null: each rank takes its share of the cores it may run on, less one for itself."""
+    from pacs.train.config import VerifierConfig
+    from pacs.verify.pool import node_workers
+
+    assert VerifierConfig().workers is None
+    assert (node_workers(1, cores=16), node_workers(8, cores=64), node_workers(8, cores=16)) == (15, 7, 1)
+    assert node_workers(1, cores=1) == node_workers(2, cores=2) == 1  # never none
+    assert node_workers() == max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 def test_mismatched_lengths_are_an_error():
     with VerifierPool(workers=1) as pool, pytest.raises(ValueError, match="2 golds but 1 answers"):
         pool.score(["1", "2"], ["1"])

@@ -176,7 +176,8 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class VerifierConfig:
-    workers: int = 2  # verifier processes per rank
+    # verifier processes per rank; null: this rank's share of the cores it may run on, but one (node_workers)
+    workers: int | None = None
     options: VerifyConfig = field(default_factory=VerifyConfig)  # how a math dataset's answers are scored
     code: CodeConfig = field(default_factory=CodeConfig)  # how a code dataset's programs are run and judged
 

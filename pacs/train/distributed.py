@@ -23,6 +23,7 @@ class DistEnv:
     rank: int = 0
     world_size: int = 1
     device: str = "cpu"  # where models and micro-batches go: cuda:LOCAL_RANK on a GPU node
+    local_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def main(self) -> bool:
@@ -33,7 +34,8 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool = False) -> DistEnv:
+def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool = False,
+                     local_size: int = 1) -> DistEnv:  # fmt: skip
     """Join the process group torchrun set up (with ``fsdp`` and one process, make one of its own): gloo on
     CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors the loop reduces (counts, metrics)."""
     device = "cpu"
@@ -44,7 +46,7 @@ def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool
         backend = "cpu:gloo,cuda:nccl" if device != "cpu" else "gloo"
         alone = {"store": dist.HashStore()} if world_size == 1 else {}  # needs no torchrun rendezvous
         dist.init_process_group(backend, rank=rank, world_size=world_size, **alone)
-    return DistEnv(rank, world_size, device)
+    return DistEnv(rank, world_size, device, local_size)
 
 
 def wrap(model: torch.nn.Module, env: DistEnv, strategy: str = "ddp", compute_dtype: torch.dtype | None = None):

@@ -31,6 +31,7 @@ from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rol
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
 from pacs.train.segments import JobOptions, Segment
 from pacs.verify import VerifierPool
+from pacs.verify.pool import node_workers
 
 LogFn = Callable[[dict], None]
 
@@ -246,9 +247,10 @@ def train(
 
     if env.main:
         truncate_metrics(metrics_path, start)
+    workers = config.verifier.workers or node_workers(env.local_size)
     show = env.main and config.logging.progress_bar
     with (
-        VerifierPool(config.verifier.options, workers=config.verifier.workers, code=config.verifier.code) as pool,
+        VerifierPool(config.verifier.options, workers=workers, code=config.verifier.code) as pool,
         ThreadPoolExecutor(1, thread_name_prefix="verifier") as scorer,
         closing(engine),
         Segment(out, env, config.checkpoint.stop_margin, job) as segment,
@@ -256,7 +258,7 @@ def train(
         segment.begin(start)
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
-                  **evaluate(0)})  # fmt: skip
+                  "verifier/workers": workers, **evaluate(0)})  # fmt: skip
         bar = tqdm(total=t.total_steps, initial=start, disable=not show, desc=config.algorithm.name, unit="step")
         for step in range(start, t.total_steps):
             began = time.perf_counter()

@@ -2,15 +2,21 @@
 
 - Processes, never threads: math-verify and our deadline use SIGALRM, which needs a main thread.
 - Identical (gold, answer) pairs are scored once (the n answers of a group often repeat).
-- Work goes out in chunks, the next one sent while the worker still scores the last (a thread in the
-  worker takes it off the pipe), so workers never wait for the parent; a worker reports each answer
-  as it finishes, with the time, so the parent knows when the current answer started (and reads all
-  that has arrived at each wake-up). Past ``timeout_s + grace_s`` the worker is killed and replaced,
-  the answer is a ``timeout`` and the rest of what it was sent is queued again. A worker that dies on
-  its own gives ``error``. The caller never hangs and never sees an exception from a bad answer.
+- Work is handed out as workers free up, so that no item waits in one worker's queue while another
+  worker is idle. A program (code) goes to a worker only when it has nothing left: programs take a
+  tenth of a second to seconds each, and the n programs of one hard problem arrive together, all slow.
+  Math answers take a millisecond or a few tens: a worker holds up to ``chunk_size`` of them (4), the
+  next sent while it still scores the last (a thread in the worker takes them off the pipe), so that it
+  never waits for the parent, yet too few for a long tail when the work runs out.
+- A worker reports each answer as it finishes, with the time, so the parent knows when the current
+  answer started (and reads all that has arrived at each wake-up). Past ``timeout_s + grace_s`` the
+  worker is killed and replaced, the answer is a ``timeout`` and the rest of what it was sent is queued
+  again. A worker that dies on its own gives ``error``. The caller never hangs and never sees an
+  exception from a bad answer.
 """
 
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
@@ -98,11 +104,12 @@ class VerifierPool:
         self,
         config: VerifyConfig = VerifyConfig(),
         workers: int = 2,
-        chunk_size: int = 32,
+        chunk_size: int = 4,
         hard_timeout_s: float | None = None,
         code: CodeConfig = CodeConfig(),
     ):
-        """``hard_timeout_s``: when the parent kills a worker stuck on one math answer; by default one
+        """``chunk_size``: math answers a worker holds at most, the one it scores included (programs: one).
+        ``hard_timeout_s``: when the parent kills a worker stuck on one math answer; by default one
         second after the worker's own deadline (``config.timeout_s``) should have fired. A program's
         deadline is its sandbox's own, plus that second. ``code.isolation`` is resolved here: a required
         level that this machine lacks fails now, not at the first program."""
@@ -119,6 +126,7 @@ class VerifierPool:
         self._workers = [_Worker(self._ctx, config, code) for _ in range(workers)]
         self.restarts = 0  # workers killed or lost and replaced
         self.unique_scored = 0  # distinct (gold, answer) pairs sent to workers
+        self.item_seconds: list[float] = []  # the last call's distinct pairs: each one's seconds in its worker
 
     def __enter__(self) -> "VerifierPool":
         return self
@@ -163,14 +171,17 @@ class VerifierPool:
 
     def _score_unique(self, items: list[tuple[str, str, str]]) -> list[Verdict | CodeVerdict]:
         results: list[Verdict | None] = [None] * len(items)
+        self.item_seconds = [0.0] * len(items)
         pending = deque(range(len(items)))
+        # items one worker may hold: a program only when it holds none (no program queues behind a slow one);
+        # math answers a few ahead, so that the worker never waits for the parent
+        held = 1 if items and items[0][0] == "code" else self.chunk_size
         while pending or any(w.chunk for w in self._workers):
             now = time.monotonic()
             for w in self._workers:
-                # a worker gets its next chunk while it still scores the last: it never waits for the parent.
-                # Chunks shrink as the work runs out, so that no worker is left with a long tail
-                if w.ready and len(w.chunk) < self.chunk_size and pending:
-                    size = max(1, min(self.chunk_size, len(pending) // (2 * len(self._workers))))
+                # chunks shrink as the work runs out, so that no worker is left with a long tail
+                if w.ready and len(w.chunk) < held and pending:
+                    size = max(1, min(held - len(w.chunk), len(pending) // (2 * len(self._workers))))
                     ids = [pending.popleft() for _ in range(size)]
                     try:
                         w.conn.send([(i, *items[i]) for i in ids])
@@ -193,6 +204,7 @@ class VerifierPool:
             for w in list(self._workers):
                 if w.chunk and now - w.started > self._deadline_s(items[w.chunk[0]]):
                     results[w.chunk[0]] = lost_verdict(items[w.chunk[0]][0], "timeout")
+                    self.item_seconds[w.chunk[0]] = now - w.started
                     w.chunk.popleft()
                     pending.extendleft(reversed(w.chunk))
                     self._replace(w)
@@ -222,8 +234,17 @@ class VerifierPool:
         assert w.chunk and w.chunk[0] == idx, "worker answered out of order"
         w.chunk.popleft()
         results[idx] = verdict
+        self.item_seconds[idx] = finished - w.started
         w.started = finished  # when the worker began the next answer
         return True
+
+
+def node_workers(ranks_on_node: int = 1, cores: int | None = None) -> int:
+    """Verifier workers for one of ``ranks_on_node`` trainer ranks: its share of the ``cores`` this process may
+    run on (``os.sched_getaffinity``: what SLURM or taskset gave it) but one, which the rank's own process
+    needs; at least one. One rank on a 16-core GPU node: 15; eight ranks on 64 cores: 7 each."""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    return max(1, cores // max(ranks_on_node, 1) - 1)
 
 
 def status_counts(verdicts: Iterable[Verdict | CodeVerdict], task: str = "math") -> dict[str, int]:
