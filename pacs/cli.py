@@ -49,9 +49,14 @@ def cmd_bench_verifier(args: argparse.Namespace) -> int:
         tuple(args.workers_counts),
     )
     atomic_write_json(args.out, report)
-    print(f"{'measurement':32s} {'answers':>8s} {'answers/s':>10s}")
+    print(f"{'measurement':32s} {'answers':>8s} {'answers/s':>10s} {'x 1 worker':>10s} {'bound/s (share)':>16s}")
     for name, row in report["results"].items():
-        print(f"{name:32s} {row['answers']:8d} {row['answers_per_s']:10.1f}")
+        speedup = f"{row['speedup_over_1_worker']:10.2f}" if row.get("speedup_over_1_worker") else f"{'':10s}"
+        bound = ""
+        if "bound_answers_per_s" in row:
+            bound = f"{row['bound_answers_per_s']:9.1f} ({row['share_of_bound']:.0%})"
+        print(f"{name:32s} {row['answers']:8d} {row['answers_per_s']:10.1f} {speedup} {bound:>16s}")
+    print("bound: the answers' seconds in the workers over the workers, or the longest answer, whichever is longer")
     print(f"wrote {args.out}")
     return 0
 

@@ -22,7 +22,15 @@ def test_bench_verifier_writes_a_report(tmp_path, capsys):
     assert rows["pool_2_workers"]["agrees_with_in_process"] is rows["pool_3_workers"]["agrees_with_in_process"] is True
     grouped = rows["pool_2_workers_groups_of_8"]
     assert grouped["answers"] == 40 and grouped["unique_pairs"] <= 15
-    assert "answers/s" in capsys.readouterr().out
+    # each pool beside one worker and beside what the work allows it (the in-process seconds over its workers)
+    assert rows["pool_1_workers"]["speedup_over_1_worker"] == 1.0
+    assert rows["pool_3_workers"]["speedup_over_1_worker"] > 0
+    for w in (1, 2, 3):
+        row = rows[f"pool_{w}_workers"]
+        bound = max(row["worker_seconds"] / w, row["longest_answer_s"])
+        assert row["bound_answers_per_s"] == pytest.approx(30 / bound, rel=0.01)
+        assert row["answers_per_s"] <= row["bound_answers_per_s"] * 1.01  # the pool's own work at the most
+    assert "x 1 worker" in capsys.readouterr().out
     assert not list(out.parent.glob(".*.tmp"))  # atomic write left no temp file
 
 
@@ -46,6 +54,9 @@ def test_bench_code_writes_a_report_and_its_table(tmp_path, capsys):
     assert all(k.startswith("limits") for k in row["isolation"]) and sum(row["isolation"].values()) == 5
     assert row["by_kind"]["timeout"]["statuses"] == {"timeout": 1}
     assert row["by_kind"]["slow"]["in_tests_s"] >= 3 * 0.3 * 0.9  # three tests each sleeping 0.6 of 0.5 s
+    # one worker's bound: every program's seconds in its sandbox, one after another
+    assert row["speedup_over_1_worker"] == 1.0
+    assert row["bound_wall_s"] == pytest.approx(5 * row["seconds_per_verdict"], rel=0.01)
     table = (tmp_path / "bench" / "code.md").read_text()
     assert "| limits |" in table and table in capsys.readouterr().out
 

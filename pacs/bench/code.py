@@ -91,11 +91,15 @@ def pool_row(programs: list[tuple[str, str, str]], config: CodeConfig, workers: 
             "in_tests_s": round(sum(max(0.0, v.seconds - startup_s) for v in mine) / len(mine), 4),
             "statuses": dict(Counter(v.status for v in mine)),
         }
+    busy, longest = sum(v.seconds for v in verdicts), max(v.seconds for v in verdicts)
     return {
         "workers": workers,
         "programs": len(programs),
         "wall_s": round(wall, 3),
         "programs_per_s": round(len(programs) / wall, 2),
+        # what the work allows: its seconds in sandboxes spread over the workers, or its longest program
+        "bound_wall_s": round(max(busy / workers, longest), 3),
+        "bound_programs_per_s": round(len(programs) / max(busy / workers, longest), 2),
         "seconds_per_verdict": round(sum(v.seconds for v in verdicts) / len(verdicts), 4),  # one sandbox's run
         "in_tests_s": round(sum(max(0.0, v.seconds - startup_s) for v in verdicts) / len(verdicts), 4),
         "isolation": dict(Counter(v.isolation for v in verdicts)),
@@ -103,6 +107,15 @@ def pool_row(programs: list[tuple[str, str, str]], config: CodeConfig, workers: 
         "as_expected": sum(v.status == EXPECTED[k] for k, v in zip(kinds, verdicts, strict=True)),
         "by_kind": by_kind,
     }
+
+
+def with_speedups(pools: dict[str, dict], rate: str) -> dict[str, dict]:
+    """Each pool's ``rate`` over the one-worker pool's (where there is one), and over its own bound's."""
+    one = next((p[rate] for p in pools.values() if p["workers"] == 1), None)
+    for p in pools.values():
+        p["speedup_over_1_worker"] = round(p[rate] / one, 2) if one else None
+        p["share_of_bound"] = round(p[rate] / p[f"bound_{rate}"], 2)
+    return pools
 
 
 def run_code_bench(programs: int, seed: int, config: CodeConfig, isolations: tuple[str, ...] = ("auto",),
@@ -119,12 +132,13 @@ def run_code_bench(programs: int, seed: int, config: CodeConfig, isolations: tup
             continue
         startup = startup_seconds(level_config, startup_runs)
         startup_s = median(startup)
+        pools = {f"{w}_workers": pool_row(batch, level_config, w, startup_s) for w in workers_counts}
         results[isolation] = {
             "run": True,
             "resolved": resolved,
             "startup_s": round(startup_s, 4),
             "startup_runs_s": [round(s, 4) for s in startup],
-            "pools": {f"{w}_workers": pool_row(batch, level_config, w, startup_s) for w in workers_counts},
+            "pools": with_speedups(pools, "programs_per_s"),
         }
     return {
         "bench": "code",
@@ -148,18 +162,22 @@ def code_bench_markdown(report: dict) -> str:
         f"# pacs bench code: {report['programs']} programs ({', '.join(f'{n} {k}' for k, n in report['mix'].items())}),"
         f" {report['tests_per_program']} tests each, {report['test_timeout_s']} s per test, {report['cpus']} CPUs",
         "",
-        "| isolation | in force | workers | programs/s | s per verdict | start-up s | in tests s | as expected |",
-        "|---|---|---|---|---|---|---|---|",
+        "| isolation | in force | workers | programs/s | × 1 worker | bound programs/s (share) | s per verdict "
+        "| start-up s | in tests s | as expected |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for isolation, level in report["results"].items():
         if not level["run"]:
-            lines.append(f"| {isolation} | not run: {level['reason']} | | | | | | |")
+            lines.append(f"| {isolation} | not run: {level['reason']} | | | | | | | | |")
             continue
         for row in level["pools"].values():
             in_force = ", ".join(row["isolation"])
+            speedup = "–" if row["speedup_over_1_worker"] is None else f"{row['speedup_over_1_worker']:.2f}"
             lines.append(
-                f"| {isolation} | {in_force} | {row['workers']} | {row['programs_per_s']:.2f} | "
-                f"{row['seconds_per_verdict']:.3f} | {level['startup_s']:.3f} | {row['in_tests_s']:.3f} | "
-                f"{row['as_expected']}/{row['programs']} |"
+                f"| {isolation} | {in_force} | {row['workers']} | {row['programs_per_s']:.2f} | {speedup} | "
+                f"{row['bound_programs_per_s']:.2f} ({row['share_of_bound']:.0%}) | {row['seconds_per_verdict']:.3f} | "
+                f"{level['startup_s']:.3f} | {row['in_tests_s']:.3f} | {row['as_expected']}/{row['programs']} |"
             )
+    lines += ["", "Bound: what the work allows a pool, the programs' seconds in sandboxes over its workers or its "
+                  "longest program, whichever is longer; × 1 worker: the speed-up over one worker."]  # fmt: skip
     return "\n".join(lines) + "\n"

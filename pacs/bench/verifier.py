@@ -19,6 +19,7 @@ from statistics import median
 
 from math_verify import parse, verify
 
+from pacs.bench.code import with_speedups
 from pacs.verify import VerifierPool, VerifyConfig, score_answer, status_counts
 from pacs.verify.scoring import EXTRACTORS
 
@@ -184,8 +185,9 @@ def run_verifier_bench(
     real_golds: list[str] | None = None, rounds: int = 3, workers_counts: tuple[int, ...] = (1, 2),
 ) -> dict:  # fmt: skip
     """Synthetic answers: in process, the pool with each of ``workers_counts`` workers (on a GPU node's cores:
-    1 2 4 8 16), and groups of n; with ``real_golds``, also those golds answered in groups of n
-    (``real_golds_rounds``)."""
+    1 2 4 8 16) with its speed-up over one worker and the bound the work allows it (the answers' seconds in the
+    workers over the workers, or the longest answer, whichever is longer), and groups of n; with
+    ``real_golds``, also those golds answered in groups of n (``real_golds_rounds``)."""
     golds, texts = distinct_batch(answers, seed)
     warm_golds, warm_texts = distinct_batch(200, seed + 1000)  # ANTLR's parser caches warm up over ~100s of parses
     for g, a in zip(warm_golds, warm_texts, strict=True):
@@ -199,17 +201,26 @@ def run_verifier_bench(
             "statuses": status_counts(in_process),
         }
     }
+    pools = {}
     for workers in workers_counts:
         with VerifierPool(config, workers=workers) as pool:
             pool.score(warm_golds, warm_texts)  # workers are up and warm
             t = time.perf_counter()
             verdicts = pool.score(golds, texts)
-            rows[f"pool_{workers}_workers"] = {
+            wall = time.perf_counter() - t
+            seconds = pool.item_seconds  # each answer's in its worker: the work over the workers, or its longest
+            bound = max(sum(seconds) / workers, max(seconds))
+            pools[f"pool_{workers}_workers"] = {
+                "workers": workers,
                 "answers": answers,
-                "answers_per_s": _rate(answers, time.perf_counter() - t),
+                "answers_per_s": _rate(answers, wall),
+                "worker_seconds": round(sum(seconds), 3),
+                "longest_answer_s": round(max(seconds), 4),
+                "bound_answers_per_s": _rate(answers, bound),
                 "statuses": status_counts(verdicts),
                 "agrees_with_in_process": [v.status for v in verdicts] == [v.status for v in in_process],
             }
+    rows.update(with_speedups(pools, "answers_per_s"))
     g_golds, g_texts = grouped_batch(groups, n, distinct_per_group, seed + 1)
     with VerifierPool(config, workers=2) as pool:
         pool.score(warm_golds, warm_texts)
