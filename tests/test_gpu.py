@@ -236,6 +236,29 @@ def _cuda_batch(n: int, share: bool, pack: bool) -> dict:
     return batch
 
 
+def _scored_pass(model, share: bool = True, pack: bool = True, autotune: bool = False, n: int = 4) -> tuple:
+    """Groups of ``n`` on CUDA through ``PolicyScorer`` (prompts shared and rows packed, or each row whole and
+    padded): the log-probs and every parameter's gradient."""
+    from pacs.train.batch import token_logprobs
+    from pacs.train.logprobs import PolicyScorer
+
+    model.zero_grad()
+    scorer = PolicyScorer(model, 4, share_prompt=share, pack=pack, autotune=autotune)
+    logprobs, _ = token_logprobs(scorer, _cuda_batch(n, share, pack), 1.0, None, n)
+    logprobs.sum().backward()
+    return logprobs.detach(), {k: p.grad.float().clone() for k, p in model.named_parameters()}
+
+
+# packed against padded rows: within fp32 rounding, or within bf16's (the kernels differ)
+TOLERANCE = {"float32": dict(atol=1e-4, rtol=1e-4), "bfloat16": dict(atol=5e-2, rtol=5e-2)}
+
+
+def _assert_same_pass(got: tuple, want: tuple, dtype: str) -> None:
+    torch.testing.assert_close(got[0], want[0], **TOLERANCE[dtype])
+    for name, grad in want[1].items():
+        torch.testing.assert_close(got[1][name], grad, **TOLERANCE[dtype], msg=name)
+
+
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: packed rows on the GPU attention kernels")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
@@ -246,29 +269,15 @@ def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
     from test_logprobs import _small_qwen2
 
     from pacs.bench.profile import attention_calls, device_activities, family_of
-    from pacs.train.batch import token_logprobs
-    from pacs.train.logprobs import PolicyScorer
 
-    n = 4
     model = _small_qwen2(hidden_size=128).to("cuda", getattr(torch, dtype))  # head_dim 32, GQA (4 over 2)
-
-    def run(share: bool, pack: bool):
-        model.zero_grad()
-        scorer = PolicyScorer(model, 4, share_prompt=share, pack=pack)
-        logprobs, _ = token_logprobs(scorer, _cuda_batch(n, share, pack), 1.0, None, n)
-        logprobs.sum().backward()
-        return logprobs.detach(), {k: p.grad.float().clone() for k, p in model.named_parameters()}
-
-    whole = run(False, False)
-    run(True, True)  # compiles FlexAttention
+    whole = _scored_pass(model, share=False, pack=False)
+    _scored_pass(model)  # compiles FlexAttention
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
-        packed = run(True, True)
+        packed = _scored_pass(model)
         torch.cuda.synchronize()
-    tol = {"float32": dict(atol=1e-4, rtol=1e-4), "bfloat16": dict(atol=5e-2, rtol=5e-2)}[dtype]
-    torch.testing.assert_close(packed[0], whole[0], **tol)
-    for name, grad in whole[1].items():
-        torch.testing.assert_close(packed[1][name], grad, **tol, msg=name)
+    _assert_same_pass(packed, whole, dtype)
     kernels = {}
     for name, _ in device_activities(prof):
         kernels[name] = kernels.get(name, 0) + 1
@@ -277,27 +286,6 @@ def test_packed_rows_give_what_padded_rows_give_on_cuda(dtype):
     assert any("flex" in k or "triton_tem" in k for k in attention), kernels
     assert not any(x in k.lower() for k in kernels for x in ("flash", "fmha", "efficient")), attention
     assert attention_calls(prof) == len(model.model.layers)  # one call a layer (its backward is not a call)
-
-
-def _packed_pass(model, n: int = 4, autotune: bool = False) -> tuple:
-    """Packed rows, shared prompts, groups of ``n`` on CUDA: the log-probs and every parameter's gradient."""
-    from pacs.train.batch import token_logprobs
-    from pacs.train.logprobs import PolicyScorer
-
-    model.zero_grad()
-    scorer = PolicyScorer(model, 4, share_prompt=True, pack=True, autotune=autotune)
-    logprobs, _ = token_logprobs(scorer, _cuda_batch(n, True, True), 1.0, None, n)
-    logprobs.sum().backward()
-    return logprobs.detach(), {k: p.grad.float().clone() for k, p in model.named_parameters()}
-
-
-TOLERANCE = {"float32": dict(atol=1e-4, rtol=1e-4), "bfloat16": dict(atol=5e-2, rtol=5e-2)}  # as padded vs packed
-
-
-def _assert_same_pass(got: tuple, want: tuple, dtype: str) -> None:
-    torch.testing.assert_close(got[0], want[0], **TOLERANCE[dtype])
-    for name, grad in want[1].items():
-        torch.testing.assert_close(got[1][name], grad, **TOLERANCE[dtype], msg=name)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: Liger's kernels are Triton's")
@@ -314,11 +302,11 @@ def test_liger_kernels_give_the_reference_log_probs_and_gradients(dtype, monkeyp
     for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):  # Liger replaces them in the module
         monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))  # restored after the test
     model = _small_qwen2(hidden_size=128).to("cuda", getattr(torch, dtype))
-    reference = _packed_pass(model)
+    reference = _scored_pass(model)
     use_liger_kernels(model)
     assert model.model.layers[0].input_layernorm._get_name() == "LigerRMSNorm"
     assert modeling_qwen2.apply_rotary_pos_emb.__module__.startswith("liger_kernel")
-    _assert_same_pass(_packed_pass(model), reference, dtype)
+    _assert_same_pass(_scored_pass(model), reference, dtype)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: AdamW's fused kernel is the CUDA default")
@@ -354,8 +342,8 @@ def test_autotuned_flex_attention_gives_the_untuned_kernels_log_probs_and_gradie
     from pacs.train import varlen
 
     model = _small_qwen2(hidden_size=128).to("cuda", torch.bfloat16)
-    untuned = _packed_pass(model)
-    tuned = _packed_pass(model, autotune=True)
+    untuned = _scored_pass(model)
+    tuned = _scored_pass(model, autotune=True)
     assert model.config._attn_implementation == varlen.AUTOTUNED and True in varlen._compiled_flex
     _assert_same_pass(tuned, untuned, "bfloat16")
 

@@ -91,15 +91,14 @@ def pool_row(programs: list[tuple[str, str, str]], config: CodeConfig, workers: 
             "in_tests_s": round(sum(max(0.0, v.seconds - startup_s) for v in mine) / len(mine), 4),
             "statuses": dict(Counter(v.status for v in mine)),
         }
-    busy, longest = sum(v.seconds for v in verdicts), max(v.seconds for v in verdicts)
+    bound = work_bound_s([v.seconds for v in verdicts], workers)
     return {
         "workers": workers,
         "programs": len(programs),
         "wall_s": round(wall, 3),
         "programs_per_s": round(len(programs) / wall, 2),
-        # what the work allows: its seconds in sandboxes spread over the workers, or its longest program
-        "bound_wall_s": round(max(busy / workers, longest), 3),
-        "bound_programs_per_s": round(len(programs) / max(busy / workers, longest), 2),
+        "bound_wall_s": round(bound, 3),  # the programs' seconds in sandboxes over the workers, or the longest
+        "bound_programs_per_s": round(len(programs) / bound, 2),
         "seconds_per_verdict": round(sum(v.seconds for v in verdicts) / len(verdicts), 4),  # one sandbox's run
         "in_tests_s": round(sum(max(0.0, v.seconds - startup_s) for v in verdicts) / len(verdicts), 4),
         "isolation": dict(Counter(v.isolation for v in verdicts)),
@@ -107,6 +106,12 @@ def pool_row(programs: list[tuple[str, str, str]], config: CodeConfig, workers: 
         "as_expected": sum(v.status == EXPECTED[k] for k, v in zip(kinds, verdicts, strict=True)),
         "by_kind": by_kind,
     }
+
+
+def work_bound_s(seconds: list[float], workers: int) -> float:
+    """The shortest wall time ``workers`` can take for items of these ``seconds``: their sum spread over the
+    workers, or the longest item, whichever is longer."""
+    return max(sum(seconds) / workers, max(seconds))
 
 
 def with_speedups(pools: dict[str, dict], rate: str) -> dict[str, dict]:

@@ -14,8 +14,6 @@ import os
 import sys
 import time
 
-VARIANTS = ("per-token", "once")
-
 
 def generate_worker(shape: str, overrides: dict, trainer: dict, prompts: int, n: int, prompt_length: int,
                     new_tokens: int, variants: list[str]) -> dict | None:  # fmt: skip

@@ -19,7 +19,7 @@ from statistics import median
 
 from math_verify import parse, verify
 
-from pacs.bench.code import with_speedups
+from pacs.bench.code import with_speedups, work_bound_s
 from pacs.verify import VerifierPool, VerifyConfig, score_answer, status_counts
 from pacs.verify.scoring import EXTRACTORS
 
@@ -208,8 +208,8 @@ def run_verifier_bench(
             t = time.perf_counter()
             verdicts = pool.score(golds, texts)
             wall = time.perf_counter() - t
-            seconds = pool.item_seconds  # each answer's in its worker: the work over the workers, or its longest
-            bound = max(sum(seconds) / workers, max(seconds))
+            seconds = pool.item_seconds  # each answer's in its worker
+            bound = work_bound_s(seconds, workers)
             pools[f"pool_{workers}_workers"] = {
                 "workers": workers,
                 "answers": answers,
