@@ -178,3 +178,25 @@ def test_the_response_length_table_is_deepscalers(shared_data):
     lengths = response_lengths(4000, 4096, "deepscaler", 0)
     assert max(lengths) <= 4096 and min(lengths) >= 0.1 * 4096
     assert abs(sum(lengths) / len(lengths) / 4096 - 0.42) < 0.02  # the table's mean share
+
+
+def test_every_verb_keeps_its_arguments_defaults_and_help():
+    """The whole `pacs --help` tree (every verb and sub-verb) against tests/cli_tree.json, written from the CLI
+    before it was split into one module per command: the same commands, arguments, defaults, choices and help.
+    argparse's layout of the help texts is Python's own, compared where the reference's Python wrote it."""
+    import sys
+
+    from cli_tree import cli_tree
+
+    from pacs.cli import build_parser
+
+    reference = json.loads((Path(__file__).parent / "cli_tree.json").read_text())
+    now = cli_tree(build_parser())
+    assert [p["command"] for p in now] == [p["command"] for p in reference["parsers"]]
+    for mine, theirs in zip(now, reference["parsers"], strict=True):
+        for key in ("arguments", "groups", "defaults"):
+            assert mine[key] == theirs[key], f"{mine['command']}: {key} changed"
+    if f"{sys.version_info.major}.{sys.version_info.minor}" != reference["python"]:
+        pytest.skip(f"help texts laid out by Python {reference['python']}'s argparse; this is {sys.version}")
+    for mine, theirs in zip(now, reference["parsers"], strict=True):
+        assert mine["help"] == theirs["help"], f"{mine['command']} --help changed"
