@@ -200,3 +200,22 @@ def test_every_verb_keeps_its_arguments_defaults_and_help():
         pytest.skip(f"help texts laid out by Python {reference['python']}'s argparse; this is {sys.version}")
     for mine, theirs in zip(now, reference["parsers"], strict=True):
         assert mine["help"] == theirs["help"], f"{mine['command']} --help changed"
+
+
+def test_each_command_is_its_own_module_of_short_functions():
+    """pacs.cli.main only gathers the commands; no function of the CLI is longer than 60 lines."""
+    import ast
+    import importlib
+
+    entry = importlib.import_module("pacs.cli.main")  # the module (pacs.cli.main is also the function's name)
+
+    folder = Path(entry.__file__).parent
+    assert {c.__name__.rsplit(".", 1)[1] for c in entry.COMMANDS} == {
+        p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__", "main", "common")
+    }
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                assert node.end_lineno - node.lineno < 60, (
+                    f"{path.name}: {node.name} is {node.end_lineno - node.lineno + 1} lines"
+                )

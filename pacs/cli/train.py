@@ -1,0 +1,30 @@
+"""`pacs train`: one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself."""
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(verbs) -> None:
+    tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself")
+    tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")
+    tr.add_argument("--out", type=Path, required=True, help="run directory: config, metrics, checkpoints")
+    tr.add_argument("--restart-on-change", action="store_true", help="DIR under another config: delete it, not refuse")
+    tr.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (GPUs); above 1 starts torchrun")
+    tr.add_argument(
+        "--nnodes", type=int, default=1, help="nodes of the SLURM allocation: one torchrun per node via srun"
+    )
+    tr.add_argument("--attempt", type=int, default=1,
+                    help="the workflow's attempt at this job: after the first, the run continues only if the job "
+                         "before stopped as planned (time limit, signal), never after a failure")  # fmt: skip
+    tr.add_argument("--keep-weights", type=Path,
+                    help="JSON list of steps whose HF weights outlive retention, read at every save (instead of "
+                         "checkpoint.keep_weights; the workflow writes the steps its evaluations read)")  # fmt: skip
+    tr.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from pacs.train.launch import launch
+    from pacs.train.segments import JobOptions
+
+    job = JobOptions(args.restart_on_change, args.attempt, args.keep_weights)
+    return launch(args.config, args.out, job, args.nproc_per_node, args.nnodes)
