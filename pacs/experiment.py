@@ -331,11 +331,15 @@ def plan(config: dict, runs: dict | None = None):
 
     runs = run_configs(config) if runs is None else runs
     settings = evaluation_settings(config, runs)
-    estimated = plan_experiment(config, runs, evaluations(config, runs), settings)
+    priced = [{**e, "settings": settings[eval_config_name(config, e)], "gpus": eval_gpus(config, e)}
+              for e in evaluations(config, runs)]  # fmt: skip
+    models = {m: (spec, f"config: models.{m}") for m, spec in config["models"].items()}
+    models |= {m: (spec, f"config: released.{m}") for m, spec in released(config).items()}
+    estimated = plan_experiment(config, runs, priced, models)
     measured = measured_preflights(config, preflight_specs(config, runs, estimated))
     if not measured:
         return estimated
-    return plan_experiment(config, runs, evaluations(config, runs), settings, measured)
+    return plan_experiment(config, runs, priced, models, measured)
 
 
 # what a preflight of a run does not depend on: runs differing only in these share one (its spec has the

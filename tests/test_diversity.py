@@ -241,3 +241,43 @@ def test_report_table_and_figure_from_a_manifest(embedder, evals, tmp_path):
     manifest["diversity"][0]["file"] = str(tmp_path / "gone.json")
     with pytest.raises(FileNotFoundError, match="gone.json"):
         diversity_tables(manifest, tmp_path / "tables")
+
+
+def test_a_diversity_figure_whose_answers_lie_on_one_point_says_so(tmp_path, monkeypatch):
+    """Every correct answer of a problem with the same embedding (the toy task's one correct string): each panel and
+    the figure say there is no spread to see, and REPORT.md's note is the same sentence; answers that differ on
+    one problem and the figure draws them without a note."""
+    from pacs.report import diversity
+
+    rng = np.random.default_rng(0)
+    points = {0: rng.normal(size=8), 1: rng.normal(size=8)}
+    npz = tmp_path / "embeddings.npz"
+
+    def store(embeddings):
+        np.savez(npz, embeddings=np.array(embeddings), method=np.array(["grpo", "pacs"] * 3),
+                 problem=np.array([0, 0, 0, 1, 1, 1]), id=np.array(["a", "a", "a", "b", "b", "b"]),
+                 sample=np.arange(6))  # fmt: skip
+
+    store([points[p] for p in (0, 0, 0, 1, 1, 1)])
+    manifest = {
+        "models": {"q4": {"label": "Qwen3 4B"}},
+        "methods": {"grpo": {"label": "GRPO"}, "pacs": {"label": "PACS"}},
+        "benchmarks": {"toy": {"label": "Toy"}},
+        "diversity": [{"model": "q4", "benchmark": "toy", "file": str(tmp_path / "d.json"), "embeddings": str(npz)}],
+    }
+    entry = manifest["diversity"][0]
+    why = diversity.diversity_blank(manifest, entry)
+    assert why == ("On each of the 2 problems drawn, every correct answer of every method has the same embedding "
+                   "(6 answers, one point per problem), so the principal components explain nothing (0 %) and "
+                   "there is no spread to see.")  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(diversity, "save_figure", lambda fig, stem: drawn.update(
+        {"panels": [" ".join(t.get_text() for t in ax.texts) for ax in fig.axes],
+         "figure": " ".join(t.get_text() for t in fig.texts).replace("\n", " ")}) or [])  # fmt: skip
+    diversity.diversity_figures(manifest, tmp_path)
+    title = "Qwen3 4B, Toy: correct answers' embeddings (PCA)"
+    assert drawn["panels"] == ["all 3 answers: one embedding"] * 2 and drawn["figure"] == f"{title} {why}"
+    store([points[p] for p in (0, 0, 0, 1, 1)] + [points[0]])  # problem b: one answer elsewhere
+    assert diversity.diversity_blank(manifest, entry) is None
+    diversity.diversity_figures(manifest, tmp_path)
+    assert drawn["panels"] == ["all 3 answers: one embedding", ""] and drawn["figure"] == title

@@ -180,7 +180,7 @@ def test_training_dynamics_sweep_and_entropy_figures(tmp_path, monkeypatch):
                             for line in fig.axes[0].lines}  # fmt: skip
         return [stem.with_suffix(".png")]
 
-    monkeypatch.setattr(figures, "_save", keep)
+    monkeypatch.setattr(figures, "save_figure", keep)
     figures.all_figures(table, manifest, tmp_path)
     assert sorted(n for n in drawn if not n.startswith(("passk", "train"))) == [
         "dynamics_q2.5_toy_heldout", "entropy_q2.5", "sweep_q2.5_aime2024_pacs_beta",
@@ -255,3 +255,46 @@ def test_v2_pages_put_ours_beside_the_published_cells(tmp_path):
     assert list(dict.fromkeys(variants.index.get_level_values("method"))) == ["pacs", "pacs_grpo"]
     assert pd.isna(variants.loc[("pacs_grpo", "aime2024"), "published"])  # Tables 9–13 are Qwen3-4B's only
     assert "44.00 [43.00, 45.00] (paper 45.96)" in (tmp_path / "out_of_domain_q8.md").read_text()
+
+
+def test_an_out_of_domain_figure_with_every_bar_at_0_says_why(manifest, tmp_path, monkeypatch):
+    """No method answers a problem out of domain: the figure and REPORT.md say so, with the verifier's statuses
+    of the answers; one correct answer anywhere and the bars speak for themselves."""
+    from pacs.report import figures
+
+    manifest["benchmarks"]["code"] = {"label": "Code", "published_as": None, "ks": [1], "out_of_domain": True}
+    for e in list(manifest["evaluations"]):
+        path = tmp_path / e["method"] / "code.json"
+        path.write_text(json.dumps({
+            "pass_at_k": {"1": {"mean": 0.0, "ci_low": 0.0, "ci_high": 0.0}}, "samples_per_problem": 2,
+            "problems": 3, "verifier_failures": 0, "responses": 6, "truncation_rate": 0.5,
+            "statuses": {"passed": 0, "failed": 2, "no_code": 4},
+            "per_problem": [{"problem": i, "id": str(i), "n": 2, "correct": 0} for i in range(3)],
+        }))  # fmt: skip
+        manifest["evaluations"].append({**e, "benchmark": "code", "metrics": str(path)})
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    csv = tmp_path / "report" / "pass_at_k.csv"
+    assert main(["report", "collect", "--manifest", str(path), "--out", str(csv)]) == 0
+    table = pd.read_csv(csv)
+    why = figures.out_of_domain_blank(table, manifest, "m")
+    assert why == ("No method answered any out-of-domain problem correctly, so every bar is 0: Code: 0 of 18 answers "
+                   "correct (failed 6, no_code 12; 9 cut at the token limit).")  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, stem: drawn.update(
+        {stem.name: " ".join(t.get_text() for t in fig.axes[0].texts).replace("\n", " ")}) or [])  # fmt: skip
+    figures.out_of_domain_bars(table, manifest, None, tmp_path / "figures")
+    assert drawn == {"ood_m": why}
+    monkeypatch.undo()
+    args = ["--manifest", str(path), "--pass-at-k", str(csv)]
+    assert main(["report", "tables", *args, "--per-problem", str(csv.with_name("per_problem.csv")),
+                 "--out", str(tmp_path / "tables")]) == 0  # fmt: skip
+    assert main(["report", "figures", *args, "--out", str(tmp_path / "figures")]) == 0
+    summary = ["--tables", str(tmp_path / "tables"), "--figures", str(tmp_path / "figures")]
+    assert main(["report", "summary", *args, *summary, "--out", str(tmp_path / "REPORT.md")]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert f"![ood_m](figures/ood_m.png)\n\n*ood_m: {why}*" in text
+    assert "*passk_m_code: No method answered a problem correctly, so every line is at 0: Code: 0 of 18" in text
+    assert "passk_m_aime2024:" not in text
+    table.loc[(table["benchmark"] == "code") & (table["method"] == "pacs"), ["pass_at_k", "ci_high"]] = 1.0
+    assert figures.out_of_domain_blank(table, manifest, "m") is None

@@ -273,13 +273,12 @@ class Plan:
         return sum(j.disk.get("peak", 0) for j in self.jobs)
 
 
-def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_settings: dict,
+def plan_experiment(config: dict, runs: dict, evaluations: list[dict], models: dict[str, tuple[dict, str]],
                     measured: dict | None = None) -> Plan:  # fmt: skip
-    """The plan of a workflow config: ``runs`` {(model, method): resolved run config}, ``evaluations`` and
-    ``eval_settings`` {settings file stem: resolved evaluation config} as pacs.experiment gives them
-    (``evaluation_settings``); ``measured`` {training job name: its preflight.json}. Released models' evaluations
-    (method "released") are planned on their own GPUs (``eval_gpus``)."""
-    from pacs.experiment import eval_config_name, eval_gpus, released
+    """The plan of what a workflow config describes (pacs.experiment.plan gives it): ``runs`` {(model, method):
+    resolved run config}; ``evaluations``, each with its resolved evaluation config (``settings``) and its GPUs
+    (``gpus``: a released model's own, method "released"); ``models`` {name: (spec, its config key)}, the trained
+    and the released; ``measured`` {training job name: its preflight.json}."""
     from pacs.models.shapes import model_shape
     from pacs.plan.calibration import load_calibration
 
@@ -287,8 +286,7 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
     if settings.gpu and settings.calibration:
         raise ConfigError("config: plan.gpu and plan.calibration both name a GPU; set one")
     cal = load_calibration(settings.calibration, settings.gpu)
-    shapes = {m: model_shape(spec, f"config: models.{m}") for m, spec in config["models"].items()}
-    shapes |= {m: model_shape(spec, f"config: released.{m}") for m, spec in released(config).items()}
+    shapes = {m: model_shape(spec, where) for m, (spec, where) in models.items()}
     resources = config["resources"]
 
     def gpus(kind: str) -> int:
@@ -316,8 +314,7 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], eval_sett
                               "set its problems (or limit)")  # fmt: skip
         problems = min(bench.get("limit") or known, known or math.inf)
         name = f"evaluate/{e['model']}/{e['method']}/step_{e['step']:06d}/{e['benchmark']}"
-        job = plan_evaluation(name, shapes[e["model"]], eval_settings[eval_config_name(config, e)], problems,
-                              eval_gpus(config, e), settings, cal)  # fmt: skip
+        job = plan_evaluation(name, shapes[e["model"]], e["settings"], problems, e["gpus"], settings, cal)
         keys = (f"released.{e['model']}.tensor_parallel_size (or eval.settings.vllm.gpu_memory_utilization, "
                 "plan.gpu)" if e["method"] == "released" else "eval.settings.vllm.gpu_memory_utilization (or "
                 ".tensor_parallel_size with more resources.evaluate.gpu)")  # fmt: skip

@@ -10,13 +10,14 @@ keyed as the manifest's methods.
 """
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pacs.io import atomic_write_text
-from pacs.report.figures import _save, plt
+from pacs.report.plotting import plt, save_figure
 from pacs.report.tables import to_html
 
 PUBLISHED_DIVERSITY = Path(__file__).with_name("published_diversity_v2.csv")  # v2's Table 3
@@ -156,8 +157,31 @@ def pca_2d(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, share
 
 
+def _one_point(embeddings: np.ndarray) -> bool:
+    """Every row the same embedding: the PCA has no spread to show."""
+    return bool(np.ptp(np.asarray(embeddings, dtype=np.float64), axis=0).max(initial=0.0) == 0)
+
+
+def diversity_blank(manifest: dict, entry: dict) -> str | None:
+    """Why the diversity figure of ``entry`` (a manifest's diversity file) shows nothing, in words: no problem
+    has two correct answers, or on every problem it draws all the correct answers have one embedding (the same
+    text), so they lie on one point. None when some problem's answers differ."""
+    stored = read_embeddings(entry["embeddings"])
+    methods = [m for m in manifest["methods"] if m in set(stored["method"])]
+    problems = chosen_problems(stored, methods)
+    if not problems:
+        return "No problem has two correct answers to compare, from any method: nothing to draw."
+    if not all(_one_point(stored["embeddings"][stored["problem"] == p]) for p in problems):
+        return None
+    answers = sum(int((stored["problem"] == p).sum()) for p in problems)
+    return (f"On each of the {len(problems)} problems drawn, every correct answer of every method has the same "
+            f"embedding ({answers} answers, one point per problem), so the principal "
+            "components explain nothing (0 %) and there is no spread to see.")  # fmt: skip
+
+
 def diversity_figures(manifest: dict, out: Path) -> list[Path]:
-    """Figure 5b for each (model, benchmark) of the manifest's diversity files."""
+    """Figure 5b for each (model, benchmark) of the manifest's diversity files; a problem whose correct answers
+    all lie on one point says so in its panel, and a figure with nothing to show says why (``diversity_blank``)."""
     written = []
     for entry in manifest.get("diversity", []):
         stored = read_embeddings(entry["embeddings"])
@@ -180,11 +204,18 @@ def diversity_figures(manifest: dict, out: Path) -> list[Path]:
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
+            if _one_point(stored["embeddings"][rows]):
+                ax.text(0.5, 0.25, f"all {int(rows.sum())} answers: one embedding", transform=ax.transAxes,
+                        ha="center", fontsize=7, bbox={"facecolor": "white", "edgecolor": "0.6"})  # fmt: skip
         if not problems:
             axes[0][0].text(0.5, 0.5, "no problem with two correct answers", ha="center", va="center")
             axes[0][0].set_axis_off()
         model, bench = manifest["models"][entry["model"]], manifest["benchmarks"][entry["benchmark"]]
         fig.suptitle(f"{model['label']}, {bench['label']}: correct answers' embeddings (PCA)", fontsize=10)
+        blank = diversity_blank(manifest, entry)
+        if blank and problems:
+            text = textwrap.fill(blank, 45 * len(problems), break_on_hyphens=False)
+            fig.text(0.5, -0.02, text, ha="center", va="top", fontsize=8)
         fig.tight_layout()
-        written += _save(fig, Path(out) / f"diversity_{entry['model']}_{entry['benchmark']}")
+        written += save_figure(fig, Path(out) / f"diversity_{entry['model']}_{entry['benchmark']}")
     return written

@@ -9,20 +9,20 @@
   value marked (v2's Figure 6);
 - ``diversity``: the PCA of correct answers' embeddings for a few problems (v2's Figure 5b; pacs.report.diversity);
 - ``train``: training curves (reward, accuracy, entropy, response length against step) per run.
+
+A figure with nothing to show says why in words (``blank_figures``; REPORT.md repeats it under the figure).
 """
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from pacs.io import atomic_path  # noqa: E402
-from pacs.report.collect import final_rows, published_value  # noqa: E402
+from pacs.report.collect import final_rows, published_value
+from pacs.report.diversity import diversity_blank, diversity_figures
+from pacs.report.plotting import plt, save_figure
 
 TRAINING_PANELS = {  # metrics.jsonl key → panel title
     "reward/mean": "mean reward",
@@ -30,17 +30,6 @@ TRAINING_PANELS = {  # metrics.jsonl key → panel title
     "policy/entropy": "policy entropy",
     "response_length/mean": "mean response length (tokens)",
 }
-
-
-def _save(fig, stem: Path) -> list[Path]:
-    paths = []
-    for suffix in (".png", ".pdf"):  # appended: a swept method's name may have a dot (pacs_beta_0.5)
-        path = stem.with_name(stem.name + suffix)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", dpi=150)
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def _line(ax, x, rows: pd.DataFrame, label: str) -> None:
@@ -68,7 +57,9 @@ def passk_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
             _line(ax, r["k"], r, manifest["methods"][method]["label"])
         ax.set_xscale("log", base=2)
         _finish(ax, "k", "pass@k (%)", _title(manifest, model, bench))
-        written += _save(fig, Path(out) / f"passk_{model}_{bench}")
+        if blank := passk_blank(table, manifest, model, bench):
+            _say(ax, blank)
+        written += save_figure(fig, Path(out) / f"passk_{model}_{bench}")
     return written
 
 
@@ -99,7 +90,7 @@ def dynamics_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path
             r = pd.concat([base, trained[trained["method"] == method]]).sort_values("step")
             _line(ax, r["step"], r, manifest["methods"][method]["label"])
         _finish(ax, "training step (0: base model)", "pass@1 (%)", _title(manifest, model, bench))
-        written += _save(fig, Path(out) / f"dynamics_{model}_{bench}")
+        written += save_figure(fig, Path(out) / f"dynamics_{model}_{bench}")
     return written
 
 
@@ -118,7 +109,7 @@ def entropy_curves(manifest: dict, out: Path) -> list[Path]:
             ax.plot(c["step"], c["policy/entropy"], marker="o" if len(c) < 20 else None, ms=2,
                     label=manifest["methods"][method]["label"])  # fmt: skip
         _finish(ax, "training step", "policy entropy (nats per token)", _title(manifest, model))
-        written += _save(fig, Path(out) / f"entropy_{model}")
+        written += save_figure(fig, Path(out) / f"entropy_{model}")
     return written
 
 
@@ -156,13 +147,80 @@ def sweep_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
             if not numeric:
                 ax.set_xticks(range(len(values)), [str(v) for v in values])
             _finish(ax, spec[0]["label"], "pass@k (%)", _title(manifest, model, bench))
-            written += _save(fig, Path(out) / f"sweep_{model}_{bench}_{name}")
+            if blank := sweep_blank(table, manifest, model, bench, members):
+                _say(ax, blank)
+            written += save_figure(fig, Path(out) / f"sweep_{model}_{bench}_{name}")
     return written
+
+
+def _answers(manifest: dict, rows: pd.DataFrame, bench: str) -> dict[str, int]:
+    """The verifier's statuses of every answer on ``bench`` of the evaluations in ``rows`` (model, method, step),
+    summed, from each evaluation's metrics.json, with ``"truncated"``: the answers cut at the token limit."""
+    evaluated = {(r.model, r.method, r.step) for r in rows[rows["benchmark"] == bench].itertuples()}
+    total: dict[str, int] = {}
+    for e in manifest["evaluations"]:
+        if e["benchmark"] == bench and (e["model"], e["method"], e["step"]) in evaluated:
+            metrics = json.loads(Path(e["metrics"]).read_text(encoding="utf-8"))
+            for status, count in {**metrics["statuses"], "truncated": round(
+                    metrics["truncation_rate"] * metrics["responses"])}.items():  # fmt: skip
+                total[status] = total.get(status, 0) + count
+    return total
+
+
+def nothing_correct(table: pd.DataFrame, manifest: dict, model: str, benches: list[str],
+                    methods: list[str] | None = None) -> str | None:  # fmt: skip
+    """When no answer of ``model`` on ``benches`` (by ``methods``; default every trained method and the base
+    model, last checkpoints) was correct, so every pass@k and interval is 0: what the answers were, per benchmark,
+    from the evaluations' verifier statuses. None when some pass@k is above 0."""
+    final = final_rows(table)
+    rows = final[(final["model"] == model) & final["benchmark"].isin(benches) & (final["method"] != "released")]
+    if methods is not None:
+        rows = rows[rows["method"].isin(methods)]
+    if rows.empty or (rows["ci_high"] > 0).any() or (rows["pass_at_k"] > 0).any():
+        return None
+    said = []
+    for bench in [b for b in benches if b in set(rows["benchmark"])]:
+        answers = _answers(manifest, rows, bench)
+        truncated = answers.pop("truncated", 0)
+        statuses = ", ".join(f"{s} {n}" for s, n in answers.items() if n)
+        said.append(f"{manifest['benchmarks'][bench]['label']}: 0 of {sum(answers.values())} answers correct "
+                    f"({statuses}; {truncated} cut at the token limit)")  # fmt: skip
+    return "; ".join(said)
+
+
+def _say(ax, why: str) -> None:
+    """Why a figure shows nothing, in words across the lower half of its axes (0–100 %: its lines or bars lie
+    at 0), the legend kept above it."""
+    ax.set_ylim(-2, 100)
+    if ax.get_legend():
+        ax.legend(fontsize=7, loc="upper right")
+    width = max(30, int(ax.get_window_extent().width / ax.figure.dpi * 14))  # characters of 7 pt per line
+    text = textwrap.fill(why, width, break_on_hyphens=False)
+    ax.text(0.5, 0.3, text, transform=ax.transAxes, ha="center", va="center", fontsize=7,
+            bbox={"facecolor": "white", "edgecolor": "0.6"})  # fmt: skip
+
+
+def passk_blank(table: pd.DataFrame, manifest: dict, model: str, bench: str) -> str | None:
+    said = nothing_correct(table, manifest, model, [bench])
+    return said and f"No method answered a problem correctly, so every line is at 0: {said}."
+
+
+def sweep_blank(table: pd.DataFrame, manifest: dict, model: str, bench: str, members: list[str]) -> str | None:
+    said = nothing_correct(table, manifest, model, [bench], members)
+    return said and f"No run of the sweep answered a problem correctly, so every line is at 0: {said}."
+
+
+def out_of_domain_blank(table: pd.DataFrame, manifest: dict, model: str) -> str | None:
+    """Why ``model``'s out-of-domain figure has nothing to compare, in words (``nothing_correct``), or None."""
+    benches = [b for b, s in manifest["benchmarks"].items() if s.get("out_of_domain")]
+    said = nothing_correct(table, manifest, model, benches)
+    return said and f"No method answered any out-of-domain problem correctly, so every bar is 0: {said}."
 
 
 def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFrame | None, out: Path) -> list[Path]:
     """Per model, pass@k (the benchmark's first k) on each out-of-domain benchmark: a bar per method with its
-    95 % interval, and the paper's value as a black mark where it has one."""
+    95 % interval, and the paper's value as a black mark where it has one. Where no bar is above 0, the figure
+    says why in words (``out_of_domain_blank``)."""
     final, written = final_rows(table), []
     benches = [b for b, s in manifest["benchmarks"].items() if s.get("out_of_domain")]
     for model in manifest["models"]:
@@ -188,17 +246,33 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
                     ax.plot(x, paper, marker="D", color="black", ms=4, label="paper" if (i, j) == (0, 0) else None)
         ax.set_xticks(range(len(present)), [manifest["benchmarks"][b]["label"] for b in present])
         _finish(ax, "out-of-domain benchmark", "pass@1 (%)", _title(manifest, model))
-        written += _save(fig, Path(out) / f"ood_{model}")
+        if blank := out_of_domain_blank(table, manifest, model):
+            _say(ax, blank)
+        written += save_figure(fig, Path(out) / f"ood_{model}")
     return written
 
 
 def all_figures(table: pd.DataFrame, manifest: dict, out: Path, published: pd.DataFrame | None = None) -> list[Path]:
-    from pacs.report.diversity import diversity_figures
-
     return (passk_curves(table, manifest, out) + dynamics_curves(table, manifest, out)
             + sweep_curves(table, manifest, out) + entropy_curves(manifest, out)
             + training_curves(manifest, out) + out_of_domain_bars(table, manifest, published, out)
             + (diversity_figures(manifest, out) if manifest.get("diversity") else []))  # fmt: skip
+
+
+def blank_figures(table: pd.DataFrame, manifest: dict) -> dict[str, str]:
+    """``{figure stem: why it has nothing to show}`` for the figures that say so in their picture: pass@k, a
+    sweep or out of domain where no answer was correct, diversity with every answer on one point. REPORT.md says
+    it under the figure."""
+    final = final_rows(table)
+    final = final[final["method"] != "released"]
+    said = {f"ood_{m}": out_of_domain_blank(table, manifest, m) for m in manifest["models"]}
+    for model, bench in final[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
+        said[f"passk_{model}_{bench}"] = passk_blank(table, manifest, model, bench)
+        for name, members in sweeps(manifest).items():
+            said[f"sweep_{model}_{bench}_{name}"] = sweep_blank(table, manifest, model, bench, members)
+    said |= {f"diversity_{e['model']}_{e['benchmark']}": diversity_blank(manifest, e)
+             for e in manifest.get("diversity", [])}  # fmt: skip
+    return {stem: why for stem, why in said.items() if why}
 
 
 KINDS = {  # a figure's name prefix → what it shows: the category of `snakemake --report`
@@ -256,5 +330,5 @@ def training_curves(manifest: dict, out: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         label = f"{manifest['models'][run['model']]['label']}, {manifest['methods'][run['method']]['label']}"
         fig.suptitle(label, fontsize=10, y=1.04)
-        written += _save(fig, Path(out) / f"train_{run['model']}_{run['method']}")
+        written += save_figure(fig, Path(out) / f"train_{run['model']}_{run['method']}")
     return written

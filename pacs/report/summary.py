@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from pacs.report.collect import final_rows
+from pacs.report.figures import blank_figures
 
 PUBLISHED_NOTE = {
     "v1": "Published numbers: the paper's v1 Tables 1 and 2 (`pacs/report/published_pass_at_k.csv`). The paper's "
@@ -66,8 +67,11 @@ def write_report(manifest: dict, table: pd.DataFrame, comp: pd.DataFrame, tables
                   f"As CSV: [significance.csv]({_rel(Path(tables) / 'significance.csv', base)}).", ""]  # fmt: skip
     parts += _pages(Path(tables), base, manifest)
     parts += ["## Figures", ""]
+    blank = blank_figures(table, manifest)
     for png in sorted(Path(figures).glob("*.png")):
         parts += [f"![{png.stem}]({_rel(png, base)})", ""]
+        if png.stem in blank:
+            parts += [f"*{png.stem}: {blank[png.stem]}*", ""]
     return "\n".join(parts)
 
 

@@ -1,0 +1,79 @@
+"""The package's structure: no import circles in pacs/, counting the imports made inside functions too."""
+
+import ast
+from pathlib import Path
+
+import pacs
+
+ROOT = Path(pacs.__file__).parent
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: {pacs modules it imports}}``: ``from pacs.a import b`` is ``pacs.a.b`` where that is a module,
+    else ``pacs.a``; every import statement, at the top of a file or inside a function."""
+    modules = module_names()
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]  # fmt: skip
+            else:
+                assert not isinstance(node, ast.ImportFrom) or node.level == 0, f"{path}: relative import"
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_sees_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_of_pacs_imports_itself_back():
+    graph = import_graph()
+    assert graph["pacs.cli.main"] >= {"pacs.cli.bench", "pacs.cli.train"}  # the resolution reads submodules
+    assert "pacs.plan.jobs" in graph["pacs.experiment"]  # and imports inside functions
+    assert circles(graph) == []
