@@ -16,28 +16,16 @@ from pacs.cli import (
     preflight,
     prepare_data,
     report,
-    tiny_embedder,  # fmt: skip
+    tiny_embedder,
     tiny_model,
     toy_data,
     train,
 )
 
 DESCRIPTION = "`pacs <verb>`: the only place that reads argv."
-COMMANDS = (
-    bench,
-    check_golds,
-    check_code,
-    prepare_data,
-    toy_data,
-    tiny_model,
-    tiny_embedder,
-    evaluate,
-    diversity,
-    report,
-    plan,
-    preflight,
-    train,
-)  # fmt: skip  (the order of `pacs --help`)
+# the order of `pacs --help`
+COMMANDS = (bench, check_golds, check_code, prepare_data, toy_data, tiny_model, tiny_embedder, evaluate, diversity,
+            report, plan, preflight, train)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
