@@ -164,11 +164,13 @@ def _one_point(embeddings: np.ndarray) -> bool:
 
 def diversity_blank(manifest: dict, entry: dict) -> str | None:
     """Why the diversity figure of ``entry`` (a manifest's diversity file) shows nothing, in words: no problem
-    has two correct answers, or on every problem it draws all the correct answers have one embedding (the same
-    text), so they lie on one point. None when some problem's answers differ."""
+    has two correct answers, or on every problem it draws all the correct answers have one embedding, so they lie
+    on one point. None when some problem's answers differ."""
     stored = read_embeddings(entry["embeddings"])
-    methods = [m for m in manifest["methods"] if m in set(stored["method"])]
-    problems = chosen_problems(stored, methods)
+    return _blank(stored, chosen_problems(stored, [m for m in manifest["methods"] if m in set(stored["method"])]))
+
+
+def _blank(stored: dict[str, np.ndarray], problems: list[int]) -> str | None:
     if not problems:
         return "No problem has two correct answers to compare, from any method: nothing to draw."
     if not all(_one_point(stored["embeddings"][stored["problem"] == p]) for p in problems):
@@ -212,7 +214,7 @@ def diversity_figures(manifest: dict, out: Path) -> list[Path]:
             axes[0][0].set_axis_off()
         model, bench = manifest["models"][entry["model"]], manifest["benchmarks"][entry["benchmark"]]
         fig.suptitle(f"{model['label']}, {bench['label']}: correct answers' embeddings (PCA)", fontsize=10)
-        blank = diversity_blank(manifest, entry)
+        blank = _blank(stored, problems)  # diversity_blank's words, from what is drawn
         if blank and problems:
             text = textwrap.fill(blank, 45 * len(problems), break_on_hyphens=False)
             fig.text(0.5, -0.02, text, ha="center", va="top", fontsize=8)
