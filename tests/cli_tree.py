@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from unittest import mock
 
 WIDTH = "100"  # argparse wraps help at $COLUMNS: one width for the reference and the test
 
@@ -39,15 +40,8 @@ def cli_tree(parser: argparse.ArgumentParser, command: str = "pacs") -> list[dic
     """``[{"command", "help", "arguments", "groups", "defaults"}, ...]``: ``parser`` and every sub-parser below it,
     depth first in the order `--help` lists them; ``help`` is `--help`'s text at ``$COLUMNS`` = 100, ``defaults``
     what ``set_defaults`` gave besides the function a verb runs."""
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = WIDTH
-    try:
+    with mock.patch.dict(os.environ, {"COLUMNS": WIDTH}):
         text = parser.format_help()
-    finally:
-        if old is None:
-            os.environ.pop("COLUMNS")
-        else:
-            os.environ["COLUMNS"] = old
     node = {
         "command": command,
         "help": text,
