@@ -72,6 +72,27 @@ def test_gae_by_hand_with_discount():
     assert ret[0].tolist() == pytest.approx([a0 + 0.2, a1 + 0.4, a2 + 0.6])
 
 
+def test_gae_over_the_critics_states_bootstraps_from_the_state_after_the_last_token():
+    """PPO's states as the fork's: one more after the last token (value 0.8 here). Its value enters the last
+    token's δ and its advantage is −0.8, so its return is 0; with γλ < 1 the last token's advantage moves by
+    γ(1 − λ)·0.8 (with γ = λ = 1 the two terms cancel: A = R − V either way)."""
+    v = torch.tensor([[0.2, 0.4, 0.6, 0.8, 7.0]])  # 7.0: padding past the states, never read
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])
+    states = torch.tensor([[1, 1, 1, 1, 0]])
+    a3 = 0.0 + 0.5 * 0.0 - 0.8
+    a2 = (1.0 + 0.5 * 0.8 - 0.6) + 0.25 * a3
+    a1 = (0.0 + 0.5 * 0.6 - 0.4) + 0.25 * a2
+    a0 = (0.0 + 0.5 * 0.4 - 0.2) + 0.25 * a1
+    adv, ret = gae(rewards, v, states, gamma=0.5, lam=0.5)
+    assert adv[0].tolist() == pytest.approx([a0, a1, a2, a3, 0.0])
+    assert ret[0].tolist() == pytest.approx([a0 + 0.2, a1 + 0.4, a2 + 0.6, 0.0, 0.0], abs=1e-7)
+    responses = torch.tensor([[1, 1, 1, 0, 0]])
+    without, _ = gae(rewards, v, responses, gamma=0.5, lam=0.5)
+    assert adv[0, 2] - without[0, 2] == pytest.approx(0.5 * (1 - 0.5) * 0.8)
+    one, _ = gae(rewards, v, states, gamma=1.0, lam=1.0)
+    assert one[0, :3].tolist() == pytest.approx([0.8, 0.6, 0.4])  # R − V
+
+
 def test_whitened_advantages_are_zero_off_the_mask():
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     w = whiten_advantages(torch.tensor([[1.0, 2.0, 50.0], [3.0, 4.0, 5.0]]), mask)

@@ -97,9 +97,12 @@ def test_clipped_value_loss_by_hand():
     # token 0: unclipped (1−0)² = 1, clipped (0.5−0)² = 0.25 → max 1
     # token 1: unclipped (0.2−1)² = 0.64, clipped (0.2−1)² = 0.64 → 0.64
     loss, m = clipped_value_loss(new, old, returns, torch.ones(1, 2), value_clip=0.5)
-    assert loss.item() == pytest.approx(0.5 * (1 + 0.64) / 2)
+    assert loss.item() == pytest.approx((1 + 0.64) / 2)  # no ½, as the paper's verl fork
     assert m["value_clip_frac"].item() == 0.0
     # when the clipped error is the larger one, it is the one used and counted
     loss, m = clipped_value_loss(torch.tensor([[1.0]]), old[:, :1], torch.tensor([[2.0]]), torch.ones(1, 1), 0.5)
-    assert loss.item() == pytest.approx(0.5 * 1.5**2)
+    assert loss.item() == pytest.approx(1.5**2)
+    # the fork's aggregation, the actor's seq-mean-token-sum-norm: Σ over the states / max_response_length
+    loss, _ = clipped_value_loss(new, old, returns, torch.tensor([[1, 0]]), 0.5, "seq-mean-token-sum-norm", 4)
+    assert loss.item() == pytest.approx(1 / 4)
     assert m["value_clip_frac"].item() == 1.0

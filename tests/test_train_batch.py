@@ -4,7 +4,7 @@ from helpers import N, fixed_batch, one_update
 from transformers import AutoModelForCausalLM
 
 from pacs.rollout import Completion
-from pacs.train.batch import group_slices, rollout_batch, token_logprobs, trimmed
+from pacs.train.batch import add_value_states, group_slices, rollout_batch, token_logprobs, trimmed
 from pacs.train.distributed import DistEnv
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.rollouts import step_rows
@@ -29,6 +29,23 @@ def test_rollout_layout_left_padded_prompts_right_padded_responses():
     assert b["position_ids"][2].tolist()[2:5] == [0, 1, 2]
     t = trimmed({k: v[2:] for k, v in b.items()})
     assert t["input_ids"].tolist() == [[4, 5, 2]] * 2 and t["response_mask"].shape == (2, 2)
+
+
+def test_value_states_add_the_state_after_a_response_that_stopped():
+    """verl's critic mask over responses padded to max_response_length: a response of 3 tokens has 4 states, one
+    cut at the limit its 3; the batch gains a padding column where the longest has one more, and micro-batches
+    keep it through trimming."""
+    completions = [[Completion((7, 8, 2), "", "stop"), Completion((9,), "", "stop")]]
+    b = rollout_batch([[1, 2, 3]], completions, pad_token_id=0)
+    b["sampler_logprobs"] = torch.ones(2, 3)
+    add_value_states(b, max_response_length=5)
+    assert b["value_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert b["response_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]] and b["input_ids"].shape == (2, 7)
+    assert b["sampler_logprobs"][:, 3].tolist() == [0, 0] and b["attention_mask"][:, -1].tolist() == [0, 0]
+    assert trimmed(b)["value_mask"].shape == (2, 4)
+    assert trimmed({k: v[1:] for k, v in b.items()})["value_mask"].shape == (1, 2)
+    cut = rollout_batch([[1, 2, 3]], completions, pad_token_id=0)
+    assert add_value_states(cut, max_response_length=3)["value_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
 
 
 def test_padded_logprobs_equal_unpadded_ones(raw_tiny_model, toy_data):

@@ -6,7 +6,8 @@ per micro-batch. Adding an objective means adding an entry here; no training cod
 
 Batch tensors: ``logprobs``, ``old_logprobs``, ``ref_logprobs``, ``entropy``, ``values``,
 ``new_values``, ``sampler_logprobs`` (the rollout engine's, for rollout correction) (B, T); ``response_mask``
-(B, T); ``rewards`` (B,) in {0, 1}; rows in groups of n.
+(B, T); ``value_mask`` (B, T), the critic's states where they are not the response's (PPO); ``rewards`` (B,)
+in {0, 1}; rows in groups of n.
 """
 
 from collections.abc import Callable, Mapping
@@ -74,7 +75,7 @@ OBJECTIVES: dict[str, Objective] = {
         policy_batch_loss,
         lambda c: AGG_REDUCTION[c.loss_agg_mode],
         value_loss=ppo_value_loss,
-        value_reduction=lambda c: AGG_REDUCTION[c.value_loss_agg_mode],
+        value_reduction=lambda c: AGG_REDUCTION[c.value_agg],
     ),
 }
 

@@ -71,16 +71,18 @@ def outcome_token_rewards(rewards: Tensor, response_mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def gae(
-    token_rewards: Tensor, values: Tensor, response_mask: Tensor, gamma: float, lam: float
+    token_rewards: Tensor, values: Tensor, states: Tensor, gamma: float, lam: float
 ) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation (Schulman et al. 2016) over response tokens:
+    """Generalised advantage estimation (Schulman et al. 2016) over the states of ``states`` (B, T):
 
         δ_t = r_t + γ V_{t+1} − V_t,   A_t = δ_t + γ λ A_{t+1},   returns_t = A_t + V_t
 
-    Masked positions are skipped (V and A carry over them). With γ = λ = 1 and a single outcome
-    reward R at the end, A_t = R − V_t. Returns (advantages, returns), both (B, T), unwhitened.
+    V is 0 past the last state. Masked positions are skipped (V and A carry over them). ``states`` is the
+    response mask, or PPO's critic states (one more after the last token, as the fork's: its V bootstraps
+    the last token, A = −V there and its return 0). With γ = λ = 1 and a single outcome reward R on the last
+    token, A_t = R − V_t either way. Returns (advantages, returns), both (B, T), unwhitened, 0 off the states.
     """
-    mask = response_mask.bool()
+    mask = states.bool()
     next_value = torch.zeros_like(values[:, 0])
     next_adv = torch.zeros_like(values[:, 0])
     advantages = torch.zeros_like(values)

@@ -1,6 +1,10 @@
-"""PPO with a learned critic (Schulman et al. 2017) for outcome rewards, as verl runs it:
-the reward sits on the last response token, GAE(γ, λ) gives token advantages from the critic's
-values, advantages are whitened over the batch, and the critic regresses the returns.
+"""PPO with a learned critic (Schulman et al. 2017) for outcome rewards, as the paper's verl fork runs it
+(ritzz-ai/PACS ``src/verl``): the reward sits on the last response token, GAE(γ, λ) gives token advantages
+from the critic's values, advantages are whitened over the batch, and the critic regresses the returns.
+
+The critic's states (``value_mask``) are the fork's: the state before each response token and, for a
+response that stopped before the maximum length, the state after its last token (its value bootstraps the
+last token's GAE term and is trained toward a return of 0). Without a ``value_mask``, the response's.
 """
 
 from collections.abc import Mapping
@@ -21,18 +25,28 @@ class PpoConfig(PolicyLossConfig):
     lam: float = 1.0  # GAE λ; the official baseline used 1 [algorithm.lam]
     whiten_advantages: bool = True  # normalise advantages over the batch's response tokens
     value_clip: float = 0.5  # critic predictions clipped to old value ± this [critic.cliprange_value]
-    value_loss_agg_mode: str = "token-mean"  # aggregation of the critic loss [critic.loss_agg_mode]
+    # aggregation of the critic loss; null: the actor's loss_agg_mode, as the fork's
+    # critic.loss_agg_mode: ${actor_rollout_ref.actor.loss_agg_mode} [critic.loss_agg_mode]
+    value_loss_agg_mode: str | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        if self.value_loss_agg_mode not in LOSS_AGG_MODES:
+        if self.value_loss_agg_mode not in (None, *LOSS_AGG_MODES):
             raise ValueError(f"value_loss_agg_mode {self.value_loss_agg_mode!r} is not one of {LOSS_AGG_MODES}")
 
+    @property
+    def value_agg(self) -> str:
+        return self.value_loss_agg_mode or self.loss_agg_mode
 
-def ppo_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, config: PpoConfig) -> tuple[Tensor, Tensor]:
-    """(B, T) advantages (whitened if configured) and (B, T) returns from (B,) outcome rewards."""
+
+def ppo_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, config: PpoConfig,
+                   value_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(B, T) advantages (whitened if configured; 0 off the response) and (B, T) returns (over the critic's
+    states, ``value_mask``, or the response's) from (B,) outcome rewards."""
     token_rewards = outcome_token_rewards(rewards, response_mask)
-    advantages, returns = gae(token_rewards, values, response_mask, config.gamma, config.lam)
+    states = response_mask if value_mask is None else value_mask
+    advantages, returns = gae(token_rewards, values, states, config.gamma, config.lam)
+    advantages = torch.where(response_mask.bool(), advantages, 0.0)
     if config.whiten_advantages:
         advantages = whiten_advantages(advantages, response_mask)
     return advantages, returns
@@ -45,12 +59,14 @@ def clipped_value_loss(
     response_mask: Tensor,
     value_clip: float,
     loss_agg_mode: str = "token-mean",
+    max_response_length: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Critic loss 0.5 · agg(max((V − G)², (clip(V, V_old ± c) − G)²)), G the GAE returns."""
+    """Critic loss agg(max((V − G)², (clip(V, V_old ± c) − G)²)), G the GAE returns, over the mask's states:
+    the fork's ``compute_value_loss`` (``core_algos.py``), with no ½ (TRL's and later verl's have one)."""
     clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
     unclipped_err = (values - returns) ** 2
     clipped_err = (clipped - returns) ** 2
-    loss = 0.5 * aggregate_loss(torch.maximum(unclipped_err, clipped_err), response_mask, loss_agg_mode)
+    loss = aggregate_loss(torch.maximum(unclipped_err, clipped_err), response_mask, loss_agg_mode, max_response_length)
     with torch.no_grad():
         metrics = {
             "value_loss": loss.detach(),
@@ -61,17 +77,20 @@ def clipped_value_loss(
 
 
 def ppo_prepare(batch: Mapping[str, Tensor], n: int, config: PpoConfig) -> dict[str, Tensor]:
-    advantages, returns = ppo_advantages(batch["rewards"], batch["values"], batch["response_mask"], config)
+    advantages, returns = ppo_advantages(batch["rewards"], batch["values"], batch["response_mask"], config,
+                                         batch.get("value_mask"))  # fmt: skip
     return {"advantages": advantages, "returns": returns}
 
 
 def ppo_value_loss(batch: Mapping[str, Tensor], config: PpoConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The critic's loss; ``batch["new_values"]`` are the critic's predictions with grad."""
+    """The critic's loss over its states (``value_mask``, or the response's); ``batch["new_values"]`` are the
+    critic's predictions with grad."""
     return clipped_value_loss(
         batch["new_values"],
         batch["values"],
         batch["returns"],
-        batch["response_mask"],
+        batch.get("value_mask", batch["response_mask"]),
         config.value_clip,
-        config.value_loss_agg_mode,
+        config.value_agg,
+        config.max_response_length,
     )

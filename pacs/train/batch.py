@@ -39,6 +39,23 @@ def rollout_batch(prompts: list[list[int]], completions: list[list[Completion]],
     }
 
 
+def add_value_states(batch: Batch, max_response_length: int) -> Batch:
+    """PPO's critic states as verl's (``dp_critic.py``: the mask ``attention_mask[:, -T-1:-1]`` over
+    responses padded to ``max_response_length``): the state before each response token and, where the
+    response stopped before ``max_response_length``, the state after its last token, whose return is 0.
+    Adds ``value_mask`` (B, T), one column wider (padding) when the longest such response fills the width."""
+    mask = batch["response_mask"]
+    length = mask.sum(-1)
+    states = length + (length < max_response_length).long()
+    extra = max(int(states.max()), mask.shape[1]) - mask.shape[1]
+    if extra:
+        for k, v in batch.items():
+            if k in SEQUENCE_KEYS or v.dim() == 2:
+                batch[k] = F.pad(v, (0, extra))
+    batch["value_mask"] = torch.arange(batch["response_mask"].shape[1]) < states[:, None]
+    return batch
+
+
 def group_slices(batch: Batch, rows: int, n: int) -> Iterator[Batch]:
     """Consecutive slices of ``rows`` rows; ``rows`` must be a whole number of groups of n."""
     total = batch["response_mask"].shape[0]
@@ -52,7 +69,7 @@ def trimmed(batch: Batch) -> Batch:
     """Drop the columns that are padding in every row: less compute, the same values."""
     width_p = batch["input_ids"].shape[1] - batch["response_mask"].shape[1]
     first = int(batch["attention_mask"][:, :width_p].argmax(-1).min()) if width_p else 0
-    last = max(int(batch["response_mask"].sum(-1).max()), 1)
+    last = max(int(batch.get("value_mask", batch["response_mask"]).sum(-1).max()), 1)  # the critic's states too
     out = {}
     for k, v in batch.items():
         if k in SEQUENCE_KEYS:
@@ -80,17 +97,19 @@ def token_logprobs(
 
 
 def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) -> Tensor:
-    """V(q, o_<t) (B, T): the critic's value of the state before each response token. ``pack``: the rows as
-    one sequence without padding (``pacs.train.varlen``; each group's prompt once with ``group_size`` > 1),
-    0 at padding."""
+    """V(q, o_<t) (B, T): the critic's value of the state before each response token, and after the last one
+    where ``value_mask`` has that state (``add_value_states``). ``pack``: the rows as one sequence without
+    padding (``pacs.train.varlen``; each group's prompt once with ``group_size`` > 1), 0 at padding."""
     mask = batch["response_mask"]
     if pack:
         packed = batch.get(PACKED)
         if packed is None:  # read from the masks (waits for the device)
+            value_mask = batch["value_mask"].cpu() if "value_mask" in batch else None
             packed = PackedRows.of(*(batch[k].cpu() for k in ("input_ids", "attention_mask", "response_mask")),
-                                   group_size).to(mask.device)  # fmt: skip
-        values = critic(**packed.inputs(batch["input_ids"], batch["position_ids"])).logits[0, packed.hidden_index, 0]
-        return values.new_zeros(mask.numel()).index_copy_(0, packed.response_index, values).view(mask.shape).float()
+                                   group_size, value_mask=value_mask).to(mask.device)  # fmt: skip
+        hidden = critic(**packed.inputs(batch["input_ids"], batch["position_ids"])).logits[0, :, 0]
+        values = hidden[packed.state_hidden_index]
+        return values.new_zeros(mask.numel()).index_copy_(0, packed.state_index, values).view(mask.shape).float()
     values = critic(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
     ).logits

@@ -58,12 +58,15 @@ class PackedRows:
     ``hidden_index`` (N,) for each response token, in ``response_mask`` order, the position of the packed
     sequence whose hidden state predicts it; ``target_index`` (N,) the token itself in (B, P + T);
     ``response_index`` (N,) its place in (B, T). ``kernel``: "flex" or "segments"; None: flex on CUDA.
+    ``states`` (per row: 1 where the critic has a state after the row's last token, PPO's ``value_mask``): the
+    state indices ``state_hidden_index`` and ``state_index``, the response's and then those (the hidden state of
+    the row's last token, its place in (B, T) after the response).
     """
 
     def __init__(self, prompt: list[int], response: list[int], width_p: int, width_t: int, group_size: int = 1,
-                 kernel: str | None = None):  # fmt: skip
+                 kernel: str | None = None, states: list[int] | None = None):  # fmt: skip
         n, width = group_size, width_p + width_t
-        source, sizes, context, hidden, target, place = [], [], [], [], [], []
+        source, sizes, context, hidden, target, place, last = [], [], [], [], [], [], []
 
         def take(row: int, begin: int, length: int, attends: int | None = None) -> int:
             """A segment of ``length`` tokens of ``row`` from column ``begin``; its start in the packed sequence."""
@@ -78,25 +81,34 @@ class PackedRows:
             if n == 1:  # the row whole: the token at j predicts j + 1, from the prompt's last token on
                 start = take(i, width_p - p, p + t)
                 hidden.append(np.arange(start + p - 1, start + p - 1 + t))
+                last.append(start + p + t - 1)
                 continue
             if i % n == 0:
                 prompt_segment, prompt_start = len(sizes), take(i, width_p - p, p)
             if not t:
+                last.append(prompt_start + p - 1)
                 continue
             start = take(i, width_p, t, prompt_segment)
             hidden.append(np.array([prompt_start + p - 1]))  # the prompt's last token predicts the first
             hidden.append(np.arange(start, start + t - 1))
+            last.append(start + t - 1)
         index = {"source": source, "hidden_index": hidden, "target_index": target, "response_index": place}
         for name, parts in index.items():
             setattr(self, name, torch.from_numpy(np.concatenate(parts).astype(np.int64)))
+        extra = [i for i, s in enumerate(states or []) if s]  # rows with a state after their last token
+        after = torch.tensor([last[i] for i in extra], dtype=torch.long)
+        self.state_hidden_index = torch.cat([self.hidden_index, after])
+        self.state_index = torch.cat([self.response_index, torch.tensor([i * width_t + response[i] for i in extra],
+                                                                        dtype=torch.long)])  # fmt: skip
         self.sizes, self.context, self.kernel, self.length = sizes, context, kernel, sum(sizes)
         self.device, self._block_mask = torch.device("cpu"), None
 
     @classmethod
     def of(cls, input_ids: Tensor, attention_mask: Tensor, response_mask: Tensor, group_size: int = 1,
-           kernel: str | None = None) -> "PackedRows":  # fmt: skip
+           kernel: str | None = None, value_mask: Tensor | None = None) -> "PackedRows":  # fmt: skip
         """The layout of a padded micro-batch (B, P + T) read from its tensors, which must be on the host: a
-        device's would have to be waited for."""
+        device's would have to be waited for. ``value_mask`` (B, T): the critic's states (PPO), the response's
+        and, where it holds one more, the state after the last token."""
         if input_ids.device.type != "cpu":
             raise ValueError("PackedRows.of reads the rows on the host: build the layout before the batch moves")
         width_t = response_mask.shape[1]
@@ -106,11 +118,12 @@ class PackedRows:
             raise ValueError(f"prompt sharing needs rows in groups of {n} with one prompt each")
         response = response_mask.sum(-1)
         prompt = attention_mask.sum(-1) - response
-        return cls(prompt.tolist(), response.tolist(), width_p, width_t, n, kernel)
+        states = None if value_mask is None else (value_mask.sum(-1) - response).tolist()
+        return cls(prompt.tolist(), response.tolist(), width_p, width_t, n, kernel, states)
 
     def to(self, device) -> "PackedRows":
         """The index tensors on ``device`` (queued copies); the block mask is made there on first use."""
-        for name in ("source", "hidden_index", "target_index", "response_index"):
+        for name in ("source", "hidden_index", "target_index", "response_index", "state_hidden_index", "state_index"):
             setattr(self, name, to_device(getattr(self, name), device))
         self.device, self._block_mask = torch.device(device), None
         return self
