@@ -10,19 +10,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from pacs.algorithms import get_objective
 from pacs.config import from_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.models.tiny import eos_token_ids
-from pacs.rollout import SamplingParams
+from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.hf import HFEngine
-from pacs.train.batch import rollout_batch, token_logprobs, token_values
+from pacs.train.batch import add_value_states, rollout_batch, token_logprobs, token_values
+from pacs.train.config import objective_config, resolve
 from pacs.train.distributed import DistEnv, full_tensors, init_distributed, wrap
 from pacs.train.logprobs import PolicyScorer
-from pacs.train.loop import prepare_whole_batch
+from pacs.train.loop import prepare_whole_batch, score_batch, update_models
 from pacs.train.minibatch import forward_pass, update
+from pacs.train.models import load_models
 from pacs.train.packing import fixed_plan
 from pacs.train.rollouts import hf_engine, rank_share
 
@@ -102,6 +105,70 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
                                              mini_prompts=4, strategy=strategy, max_tokens=max_tokens,
                                              share_prompt=True)  # fmt: skip
         results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
+    if rank == 0:
+        torch.save(results, out_file)
+    torch.distributed.destroy_process_group()
+
+
+def ragged_batch(model_path, data_dir, lengths: list[int], prompts: int = 8, seed: int = 0):
+    """Toy prompts with made-up responses of the given lengths (cycled over the rows; random tokens) and
+    rewards of both classes in every group of ``N``: a step's rollouts of chosen shapes."""
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    ids = prompt_token_ids(tokenizer, read_prepared(data_dir / "train.parquet")["prompt"][:prompts])
+    generator = torch.Generator().manual_seed(seed)
+    completions = [[Completion(tuple(torch.randint(3, len(tokenizer), (lengths[(g * N + j) % len(lengths)],),
+                                                   generator=generator).tolist()), "", "stop") for j in range(N)]
+                   for g in range(prompts)]  # fmt: skip
+    batch = rollout_batch(ids, completions, tokenizer.pad_token_id)
+    rewards = torch.tensor([(i * 7 + i // N) % 3 == 0 for i in range(prompts * N)], dtype=torch.float32)
+    rewards.view(-1, N)[:, 0], rewards.view(-1, N)[:, 1] = 1.0, 0.0
+    batch["rewards"] = rewards
+    return batch
+
+
+def trainer_update(model_path, batch, run: dict, env: DistEnv) -> dict:
+    """One step's critic and actor updates through the trainer's own functions (``load_models``, ``score_batch``,
+    ``prepare_whole_batch``, ``update_models``) on this rank's share of ``batch`` (rollouts with rewards), ``run``
+    the run config's sections: every model's weights before and after, the gradient each optimizer step took
+    (after clipping, full tensors) and the step's metrics."""
+    config = resolve({**run, "model": {"path": str(model_path)}, "data": {"train_files": ["unused.parquet"]}})
+    objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
+    needs = objective.needs(options)
+    models = load_models(config, objective, needs, None, env)
+    prompts = rank_share(np.arange(batch["rewards"].shape[0] // n), config.trainer.mini_batch_size, env)
+    local = {k: v[torch.from_numpy(prompts[:, None] * n + np.arange(n)).flatten()] for k, v in batch.items()}
+    if "values" in needs:
+        add_value_states(local, config.rollout.max_response_length)
+    trained = {"policy": (models.policy, models.optimizer), "critic": (models.critic, models.critic_optimizer)}
+    trained = {k: v for k, v in trained.items() if v[0] is not None}
+    weights = lambda: {k: {name: v.detach().clone() for name, v in full_tensors(m)} for k, (m, _) in trained.items()}  # noqa: E731
+    out = {"initial": weights(), "grads": {k: [] for k in trained}}
+
+    def recording(name, model, step):
+        def recorded(*args, **kwargs):
+            out["grads"][name].append({k: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+                                       for k, p in model.named_parameters()})  # fmt: skip
+            return step(*args, **kwargs)
+
+        return recorded
+
+    for name, (model, optimizer) in trained.items():
+        optimizer.step = recording(name, model, optimizer.step)
+    entropy = score_batch(local, config, models, env)
+    local.update(prepare_whole_batch(objective, local, n, options, env))
+    out["metrics"] = update_models(local, config, models, env, entropy)
+    out["final"] = weights()
+    return out
+
+
+def trainer_update_worker(rank: int, world: int, port: int, model_path, batch_file, runs: dict, out_file) -> None:
+    """``trainer_update`` of each of ``runs`` (name -> run config sections) on ``world`` gloo ranks; rank 0 saves
+    them by name."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    env = init_distributed(rank, world)
+    batch = torch.load(batch_file)
+    results = {name: trainer_update(model_path, batch, run, env) for name, run in runs.items()}
     if rank == 0:
         torch.save(results, out_file)
     torch.distributed.destroy_process_group()

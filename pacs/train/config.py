@@ -86,6 +86,12 @@ class TrainerConfig:
     # mini-batch's groups to ranks by tokens; null: micro_batch_size prompts
     max_tokens_per_micro_batch: int | None = None
     epochs: int = 1  # passes over each step's batch
+    # the loss scale of verl's micro-batch of this many responses per GPU (its ppo_micro_batch_size_per_gpu; the
+    # paper's scripts: 8): a loss summed over responses (seq-mean-token-sum-norm, the actor's and the critic's)
+    # is multiplied by it over the global mini-batch's responses, as verl's division by its gradient-accumulation
+    # count and FSDP's mean over ranks scale it, whatever this run's micro-batches, token budget or ranks. null:
+    # not multiplied, the gradient of the whole mini-batch's sum (config/README.md, "The optimizer step")
+    verl_micro_batch_size: int | None = 8
     seed: int = 0
     strategy: Literal["ddp", "fsdp"] = "ddp"  # how models spread over ranks: replicated, or FSDP2-sharded
     # fsdp: the dtype layers compute in (parameters all-gathered and cast; master weights, gradient reduction
@@ -122,7 +128,8 @@ class TrainerConfig:
                 raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_layers is not None and self.checkpoint_layers < 0:
             raise ValueError(f"trainer.checkpoint_layers must be >= 0 or null, got {self.checkpoint_layers}")
-        for name in ("max_tokens_per_micro_batch", "logprob_chunk_size", "reference_reset_every"):
+        for name in ("max_tokens_per_micro_batch", "logprob_chunk_size", "reference_reset_every",
+                     "verl_micro_batch_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1 or null, got {getattr(self, name)}")
         if self.compute_dtype not in (None, "float32") and self.strategy != "fsdp":
@@ -242,8 +249,11 @@ def resolve(data: dict) -> RunConfig:
     if config.trainer.reference_reset_every and "ref_logprobs" not in get_objective(name).needs(options):
         raise ConfigError(f"trainer.reference_reset_every: {name} with these algorithm.options has no reference to "
                           "reset (PACS: reward_proxy reference; PPO, GRPO: a KL coefficient)")  # fmt: skip
-    if "max_response_length" in {f.name for f in dataclasses.fields(options)} and options.max_response_length is None:
+    keys = {f.name for f in dataclasses.fields(options)}
+    if "max_response_length" in keys and options.max_response_length is None:
         options = dataclasses.replace(options, max_response_length=config.rollout.max_response_length)
+    if "value_loss_agg_mode" in keys and options.value_loss_agg_mode is None:  # the actor's, as the fork's critic
+        options = dataclasses.replace(options, value_loss_agg_mode=options.loss_agg_mode)
     return dataclasses.replace(config, algorithm=AlgorithmConfig(name, to_dict(options)))
 
 

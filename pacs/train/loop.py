@@ -20,11 +20,11 @@ from tqdm import tqdm
 from pacs.algorithms import Objective, get_objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
-from pacs.train.batch import Batch, pad_columns, token_logprobs, token_values
+from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.memory import phase
-from pacs.train.minibatch import forward_pass, micro_plan, pack_group, update
+from pacs.train.minibatch import forward_pass, micro_plan, pack_group, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.prompts import Prompts, load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
@@ -113,15 +113,16 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     index = torch.arange(rows)
     batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
-                 epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch,
-                 pack=pack_group(config))  # fmt: skip
+                 epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch, pack=pack_group(config),
+                 sum_scale=sum_scale(config))  # fmt: skip
     if critic is not None:
+        states = "value_mask" if "value_mask" in batch else "response_mask"  # the critic's (add_value_states)
 
         def critic_loss(micro: Batch):
             return objective.value_loss({**micro, "new_values": critic_values(critic, micro, config)}, options)
 
         metrics = update(critic, models.critic_optimizer, critic_loss, batch, objective.value_reduction(options),
-                         grad_clip=config.optim.critic_grad_clip, **sizes)  # fmt: skip
+                         grad_clip=config.optim.critic_grad_clip, mask=states, **sizes)  # fmt: skip
         record.update({f"critic/{k}": v for k, v in metrics.items()})
         models.skipped_steps += metrics["skipped_steps"]
 
@@ -160,12 +161,14 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     timer = {"start": time.perf_counter()}
     pad = models.tokenizer.pad_token_id or 0
     batch, completions, pending = rollout(step, config, engine, prompts, pool, pad, env, timer, scorer)
+    objective, options = get_objective(config.algorithm.name), objective_config(config)
+    if "values" in objective.needs(options):  # the critic's states: one more after a response that stopped
+        add_value_states(batch, config.rollout.max_response_length)
     with phase("no_grad", engine):
         entropy = score_batch(batch, config, models, env)  # while the verifier scores
     timer["old_logprobs"] = time.perf_counter()
     verdicts = take_rewards(batch, pending)
     timer["score"] = time.perf_counter()  # the wait for the verifier beyond those passes
-    objective, options = get_objective(config.algorithm.name), objective_config(config)
     batch.update(prepare_whole_batch(objective, batch, config.rollout.n, options, env))
     with phase("update", engine):
         record = {"step": step + 1, **update_models(batch, config, models, env, entropy)}

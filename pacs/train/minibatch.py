@@ -28,6 +28,13 @@ def pack_group(config: RunConfig) -> int | None:
     return (config.rollout.n if t.share_prompt else 1) if t.pack_sequences else None
 
 
+def sum_scale(config: RunConfig) -> float:
+    """The factor of a loss summed over responses: the paper's verl fork's micro-batch over the global
+    mini-batch's responses (``trainer.verl_micro_batch_size``, config/README.md "The optimizer step"), or 1."""
+    t = config.trainer
+    return t.verl_micro_batch_size / (t.mini_batch_size * config.rollout.n) if t.verl_micro_batch_size else 1.0
+
+
 def micro_batch(batch: Batch, micro: Micro, n: int, device: str, pack: int | None = None) -> Batch:
     """The micro-batch's rows of ``batch`` (on the host) trimmed and on ``device``; with ``pack`` (a group
     size) its ``PackedRows`` beside them, built from the host's rows."""
@@ -35,7 +42,8 @@ def micro_batch(batch: Batch, micro: Micro, n: int, device: str, pack: int | Non
     host = trimmed({k: v[rows] for k, v in batch.items()})
     out = {k: v if k in HOST_KEYS else to_device(v, device) for k, v in host.items()}
     if pack is not None:
-        out[PACKED] = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], pack)
+        out[PACKED] = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], pack,
+                                    value_mask=host.get("value_mask"))  # fmt: skip
         out[PACKED].to(device)
     return out
 
@@ -73,7 +81,7 @@ def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu
 
 
 def accumulate(module, loss_fn, mini: Batch, plan: list[Micro], units, global_units: float, reduction: str, n: int,
-               env: DistEnv, pack: int | None = None) -> dict:  # fmt: skip
+               env: DistEnv, pack: int | None = None, sum_scale: float = 1.0) -> dict:  # fmt: skip
     """The gradients of one mini-batch's micro-batches, accumulated (``update``); the metrics' weighted sums, on
     the device: nothing in it waits for the device."""
     totals: dict[str, torch.Tensor | float] = {}
@@ -82,7 +90,7 @@ def accumulate(module, loss_fn, mini: Batch, plan: list[Micro], units, global_un
         if not m.scale and "row" in micro:  # a filler pass records nothing (update_models)
             micro["row"] = torch.where(micro["row"] >= 0, FRESH_UNRECORDED, micro["row"])
         share = units[i] / global_units * m.scale
-        weight = m.scale if reduction == "sum" else share
+        weight = m.scale * sum_scale if reduction == "sum" else share
         with no_sync(module, sync=i == len(plan) - 1):
             loss, metrics = loss_fn(micro)
             (loss * weight * env.world_size).backward()
@@ -106,18 +114,24 @@ def update(
     env: DistEnv,
     max_tokens: int | None = None,
     pack: int | None = None,
+    sum_scale: float = 1.0,
+    mask: str = "response_mask",
 ) -> dict:
     """Optimizer steps over mini-batches of whole groups.
 
     Each micro-batch's loss is weighted by its share of the global mini-batch (its sequences or tokens;
-    1 for a "sum" reduction), times world_size since DDP and FSDP average gradients over ranks: the
-    accumulated gradient is then the gradient of the objective on the whole global mini-batch, for any
-    micro-batches and any number of ranks. Micro-batches are ``micro_rows`` rows of this rank's share, or,
-    with ``max_tokens``, the global mini-batch's groups dealt to ranks by tokens and packed up to the
-    budget (``pacs.train.packing``). ``pack``: the rows go through the model packed in groups of that size
-    (``pack_group``), and budgets count their own tokens, no padding. Metrics are averaged the same way (by
-    rows for "sum"); ``loss`` is the mini-batch loss. They add up on the device: the host waits for it once per
-    mini-batch (the gradient norm), and for the metrics once at the end.
+    ``sum_scale`` for a "sum" reduction: 1, or verl's scale, ``trainer.verl_micro_batch_size``), times world_size
+    since DDP and FSDP average gradients over ranks: the accumulated gradient is then the gradient of the
+    objective on the whole global mini-batch (a sum's times ``sum_scale``), for any micro-batches and any number
+    of ranks. It is clipped to ``grad_clip`` in global norm (torch's ``clip_grad_norm_``, as verl's).
+    Micro-batches are ``micro_rows`` rows of this rank's share, or, with ``max_tokens``, the global mini-batch's
+    groups dealt to ranks by tokens and packed up to the budget (``pacs.train.packing``). ``pack``: the rows go
+    through the model packed in groups of that size (``pack_group``), and budgets count their own tokens, no
+    padding. ``mask``: the positions a "tokens" reduction averages over (the critic's: its states,
+    ``value_mask``). Metrics are averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss as
+    optimized. They add up on the device: the host waits for it once per mini-batch (the gradient norm), and for
+    the metrics once at the end. ``grad_norm`` (mean) and ``grad_norm_max`` are the norms before clipping;
+    ``grad_clipped`` counts the optimizer steps whose gradient the clip scaled down.
     """
     units = {
         "sequences": lambda b: float(b["response_mask"].shape[0]),
@@ -125,7 +139,7 @@ def update(
         "sum": lambda b: float(b["response_mask"].shape[0]),
     }[reduction]
     totals: dict[str, torch.Tensor | float] = {}
-    grad_norms, skipped = [], 0
+    grad_norms, skipped, clipped = [], 0, 0
     params = [p for group in optimizer.param_groups for p in group["params"]]  # under fsdp: the shards
     for _ in range(epochs):
         for mini in group_slices(batch, mini_rows, n):
@@ -133,13 +147,14 @@ def update(
                 mini, plan = balanced_plan(mini, n, max_tokens, env, pack is not None)
             else:
                 plan = fixed_plan(mini_rows // n, micro_rows // n)
-            local = [units({"response_mask": mini["response_mask"][m.rows(n)]}) for m in plan]  # on the host
+            local = [units({"response_mask": mini[mask][m.rows(n)]}) for m in plan]  # on the host
             counted = sum(u for u, m in zip(local, plan, strict=True) if m.scale)
             global_units = float(all_reduce(torch.tensor(counted), env))
-            sums = accumulate(module, loss_fn, mini, plan, local, global_units, reduction, n, env, pack)
+            sums = accumulate(module, loss_fn, mini, plan, local, global_units, reduction, n, env, pack, sum_scale)
             totals = {k: totals.get(k, 0.0) + v for k, v in sums.items()}
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf))
             grad_norms.append(float(norm))  # the host's one wait per mini-batch
+            clipped += grad_clip is not None and grad_clip / (grad_norms[-1] + 1e-6) < 1  # clip_grad_norm_'s test
             if math.isfinite(grad_norms[-1]):
                 optimizer.step()
             else:  # every rank holds the same all-reduced gradient, so every rank skips
@@ -150,6 +165,7 @@ def update(
     out.update(
         grad_norm=float(np.mean(grad_norms)),
         grad_norm_max=float(np.max(grad_norms)),
+        grad_clipped=clipped,
         skipped_steps=skipped,
         optimizer_steps=len(grad_norms),
     )
