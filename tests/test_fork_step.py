@@ -93,7 +93,7 @@ def agg_sum_norm(loss_mat, mask) -> torch.Tensor:
 
 
 def fork_policy_loss(logp, old, advantages, mask) -> torch.Tensor:
-    """compute_policy_loss (core_algos.py 405-467): dual-clip PPO, clip_ratio 0.2, clip_ratio_c 3."""
+    """compute_policy_loss (core_algos.py 405-468): dual-clip PPO, clip_ratio 0.2, clip_ratio_c 3."""
     ratio = torch.exp(logp - old)
     losses1, losses2 = -advantages * ratio, -advantages * torch.clamp(ratio, 0.8, 1.2)
     clip1 = torch.maximum(losses1, losses2)
@@ -126,7 +126,7 @@ def fork_gae(token_rewards, values, response_mask, gamma=1.0, lam=1.0) -> tuple[
 
 
 def fork_grpo_advantages(scores, response_mask) -> torch.Tensor:
-    """compute_grpo_outcome_advantage (core_algos.py): (R − mean) / (std + 1e-6) in each group, on every token."""
+    """compute_grpo_outcome_advantage (core_algos.py 113): (R − mean) / (std + 1e-6) in each group, on every token."""
     groups = scores.view(-1, N)
     normed = (groups - groups.mean(-1, keepdim=True)) / (groups.std(-1, keepdim=True) + 1e-6)
     return normed.reshape(-1, 1) * response_mask
