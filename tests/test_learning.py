@@ -6,6 +6,11 @@ GRPO and PPO, gains of 0.170 to 0.285, mean 0.235, standard deviation 0.034. The
 about 4 standard deviations below that mean; 200 held-out problems put the sampling noise of one
 accuracy near 0.035. Runs are deterministic for a seed on a given machine; this test uses seed 0.
 
+Since GRPO and PPO step as the paper's verl fork (issue 45: its loss scale, PPO's critic), measured again with
+``pacs bench train --variants ppo grpo --seeds 0 1 2 3`` (held-out accuracy 0.38 at the start): GRPO gains 0.195
+to 0.290 (mean 0.254), PPO 0.185 to 0.260 (mean 0.216); over the 8, standard deviation 0.041, the margin about 3
+standard deviations below their mean. PACS steps as before.
+
 With vLLM rollouts (``pacs bench train --engines vllm --variants pacs grpo --seeds 0 1 2 3``, eager
 engine, a model build whose held-out accuracy starts at 0.475): over the 8 runs, gains of 0.155 to
 0.235, mean 0.196, standard deviation 0.030; the same margin is about 3 standard deviations below.
