@@ -141,7 +141,10 @@ def trainer_update(model_path, batch, run: dict, env: DistEnv) -> dict:
         add_value_states(local, config.rollout.max_response_length)
     trained = {"policy": (models.policy, models.optimizer), "critic": (models.critic, models.critic_optimizer)}
     trained = {k: v for k, v in trained.items() if v[0] is not None}
-    weights = lambda: {k: {name: v.detach().clone() for name, v in full_tensors(m)} for k, (m, _) in trained.items()}  # noqa: E731
+
+    def weights() -> dict:  # copies: one process's full tensors are the parameters themselves
+        return {k: {name: v.detach().clone() for name, v in full_tensors(m)} for k, (m, _) in trained.items()}
+
     out = {"initial": weights(), "grads": {k: [] for k in trained}}
 
     def recording(name, model, step):
