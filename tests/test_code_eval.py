@@ -31,7 +31,7 @@ def evaluate(model, data, out, *flags) -> int:
 def test_a_code_dataset_is_evaluated_with_the_code_verifier(raw_tiny_model, toy_code_data, tmp_path):
     """The tiny model writes no program: every answer is counted (no_code), none hidden, and pass@k is 0."""
     config = tmp_path / "eval.yaml"
-    config.write_text("code:\n  timeout_profile: glm45\n  timeout_s: 2.0\n")
+    config.write_text("code:\n  grading: livecodebench\n  timeout_s: 2.0\n")
     out = tmp_path / "eval"
     flags = ["--config", config, "--engine", "hf", "--n", 4, "--max-tokens", 16, "--workers", 1, "--chunk-problems", 6]
     assert evaluate(raw_tiny_model, toy_code_data / "heldout.parquet", out, *flags) == 0
@@ -41,7 +41,8 @@ def test_a_code_dataset_is_evaluated_with_the_code_verifier(raw_tiny_model, toy_
     assert (responses["tests_total"] == 3).all()  # the toy task's tests per problem
     assert set(responses["status"]) <= set(CODE_STATUSES)
     no_code = responses["status"] == "no_code"
-    assert no_code.sum() > 0 and responses.loc[no_code, "response"].map(extract_code).isna().all()
+    found = responses["response"].map(lambda r: extract_code(r, "livecodebench"))  # as the profile finds it
+    assert no_code.sum() > 0 and found[no_code].isna().all() and found[~no_code].notna().all()
     assert (responses.loc[no_code, "isolation"] == "").all() and (responses.loc[no_code, "tests_passed"] == 0).all()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["task"] == "code" and metrics["data_source"] == "toy_code"
@@ -53,12 +54,12 @@ def test_a_code_dataset_is_evaluated_with_the_code_verifier(raw_tiny_model, toy_
         assert row["mean"] == pytest.approx(mean_pass_at_k(counts["n"], counts["correct"], int(k)), abs=1e-12)
     assert int(counts["correct"].sum()) == metrics["statuses"]["passed"]
     code = metrics["code"]
-    assert code["timeout_profile"] == "glm45" and code["test_timeout_s"] == 2.0 and code["budget_s"] is None
+    assert code["grading"] == "livecodebench" and code["test_timeout_s"] == 2.0 and code["budget_s"] is None
     assert set(LEVELS) <= set(code["isolation"]) and sum(code["isolation"].values()) == 48
     assert code["isolation"]["not_run"] >= metrics["statuses"]["no_code"]
-    assert metrics["config"]["code"]["timeout_s"] == 2.0 and metrics["config"]["code"]["timeout_profile"] == "glm45"
+    assert metrics["config"]["code"]["timeout_s"] == 2.0 and metrics["config"]["code"]["grading"] == "livecodebench"
     # a code key scores differently: the same directory under another is refused, naming the key
-    config.write_text("code:\n  timeout_profile: glm45\n  timeout_s: 3.0\n")
+    config.write_text("code:\n  grading: livecodebench\n  timeout_s: 3.0\n")
     assert evaluate(raw_tiny_model, toy_code_data / "heldout.parquet", out, *flags) == 2
 
 
@@ -120,7 +121,7 @@ def test_code_metrics_count_statuses_isolation_and_pass_at_k_by_hand():
     assert metrics["pass_at_k"]["2"]["mean"] == pytest.approx(1.0)
     assert [p["correct"] for p in metrics["per_problem"]] == [1, 1]
     code = metrics["code"]
-    assert code["timeout_profile"] == "livecodebench" and code["test_timeout_s"] == 6.0
+    assert code["grading"] == "judge" and code["test_timeout_s"] == 6.0
     assert code["isolation"] == {**{level: 0 for level in LEVELS}, LEVELS[0]: 2, "limits": 1, "not_run": 1}
     assert code["mean_verify_s"] == pytest.approx((0.2 + 6.5 + 0.3) / 3)
     broken = code_responses().assign(status=["passed", "sandbox_error", "passed", "no_code"])
@@ -150,9 +151,9 @@ def test_a_file_of_two_tasks_is_refused_naming_it(toy_code_data, toy_data, tmp_p
 
 
 def test_eval_code_keys_are_checked_by_name():
-    config = from_dict(EvalConfig, {"code": {"timeout_profile": "glm45", "isolation": "limits"}}, "eval")
+    config = from_dict(EvalConfig, {"code": {"grading": "glm45", "isolation": "limits"}}, "eval")
     assert config.code.test_timeout_s == 30.0 and config.code.isolation == "limits"
-    with pytest.raises(ConfigError, match=r"eval\.code\.timeout_profil: unknown key"):
-        from_dict(EvalConfig, {"code": {"timeout_profil": "glm45"}}, "eval")
+    with pytest.raises(ConfigError, match=r"eval\.code\.gradin: unknown key"):
+        from_dict(EvalConfig, {"code": {"gradin": "glm45"}}, "eval")
     with pytest.raises(ConfigError, match=r"eval\.code\.isolation: 'docker' is not one of"):
         from_dict(EvalConfig, {"code": {"isolation": "docker"}}, "eval")

@@ -138,7 +138,7 @@ def test_check_code_prints_a_verdict_and_names_bad_input(tmp_path, capsys):
     assert main(["check-code", "--response", str(tmp_path / "answer.md"), "--tests", str(tests)]) == 0
     verdict = json.loads(capsys.readouterr().out)
     assert (verdict["status"], verdict["passed"], verdict["total"]) == ("passed", 2, 2)
-    assert verdict["isolation"] and verdict["timeout_s"] == 6.0  # LiveCodeBench's profile by default
+    assert verdict["isolation"] and (verdict["grading"], verdict["timeout_s"]) == ("judge", 6.0)  # by default
     assert main(["check-code", "--program", str(tmp_path / "wrong.py"), "--tests", str(tests), "--timeout", "2"]) == 1
     verdict = json.loads(capsys.readouterr().out)
     assert (verdict["status"], verdict["passed"], verdict["timeout_s"]) == ("failed", 0, 2.0)

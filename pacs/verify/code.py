@@ -1,32 +1,43 @@
 """Code as a verifiable task: a program and its tests in LiveCodeBench's form give a verdict.
 
 The tests, ``{"tests": [{"input", "output", "testtype": "stdin" | "functional"}], "fn_name"}``, are a code
-row's ``ground_truth`` and the file of ``pacs check-code --tests``. A ``stdin`` test feeds the input to the
-program and compares its output with the expected one line by line after stripping, then, for lines that
-differ, as whitespace-separated decimals (LiveCodeBench's ``grade_stdio``). A ``functional`` test calls
-``Solution().<fn_name>(*args)``, one JSON argument per input line, and compares the value as JSON (a tuple
-counts as a list, as in LiveCodeBench's ``grade_call_based``). A program passes when every test passes;
-tests run in order and the first that does not pass ends the run (as LiveCodeBench's harness does).
+row's ``ground_truth`` and the file of ``pacs check-code --tests``. Three grading profiles (``code.grading``)
+say how a program is extracted, run and judged:
 
-Expected outputs stay in this process: the sandbox (``sandbox.py``) gets the program and the inputs only,
-and the comparison happens here, on the values it sends back.
+- ``judge`` (training's default), close to an online judge: the program's last fenced block after the last
+  ``</think>``; each test in a fresh process with the real stdin and stdout; a ``stdin`` test's output compared
+  line by line after stripping, then as whitespace-separated decimals (LiveCodeBench's comparison); a
+  ``functional`` test calls ``Solution().<fn_name>(*args)``, one JSON argument per input line, and compares
+  the value as JSON (a tuple counts as a list), so no ``__eq__`` of the program's decides.
+- ``livecodebench`` and ``glm45``: LiveCodeBench's runner and GLM-4.5's toolkit (the paper's v2 grader) as
+  they are, every test of a program in one process with their stdin and stdout objects, wrapping, guards and
+  comparisons (``graders.py``); their extraction and time limits here. A functional test's ``==`` runs in
+  the sandbox, so these profiles pass an object that equals everything, as the graders do.
+
+A program passes when every test passes; tests run in order and the first that does not pass ends the run
+(as both graders do). Expected outputs of ``stdin`` tests stay in this process: the sandbox (``sandbox.py``)
+gets the program and the inputs only, and the comparison happens here, on the output it sends back.
 """
 
 import itertools
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, DecimalException
 from typing import Literal, NamedTuple
+
+import numpy as np
 
 from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, resolve_isolation
 
 CODE_STATUSES = ("passed", "failed", "timeout", "runtime_error", "memory", "output_limit", "no_code", "sandbox_error")
-TIMEOUT_PROFILES = {"livecodebench": 6.0, "glm45": 30.0}  # seconds per test: LiveCodeBench's, GLM-4.5's toolkit's
+# seconds per test: LiveCodeBench's default (the judge keeps it), GLM-4.5's toolkit's
+GRADINGS = {"judge": 6.0, "livecodebench": 6.0, "glm45": 30.0}
 TESTTYPES = ("stdin", "functional")
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _TOKEN = re.compile(r"\S+")
+_GLM_FENCE = re.compile(r"```(.*?)\n(.*?)```", re.DOTALL)
 
 
 class CodeVerdict(NamedTuple):
@@ -42,19 +53,21 @@ class CodeVerdict(NamedTuple):
 
 @dataclass(frozen=True)
 class CodeConfig:
-    """How programs are run and judged; the defaults are LiveCodeBench's."""
+    """How programs are run and judged."""
 
-    timeout_profile: Literal["livecodebench", "glm45"] = "livecodebench"  # 6 s or 30 s per test
-    timeout_s: float | None = None  # seconds per test; None: the profile's
-    budget_s: float | None = None  # seconds for all of a program's tests; None: only the per-test limit
+    # judge, livecodebench or glm45 (module docstring); null: the benchmark's own (an evaluation of
+    # LiveCodeBench's rows: livecodebench; anything else, training's rewards included: judge)
+    grading: Literal["judge", "livecodebench", "glm45"] | None = None
+    timeout_s: float | None = None  # seconds per test; None: the profile's (6, 6, 30)
+    budget_s: float | None = None  # seconds for all of a program's tests; None: the profile's (module docstring)
     memory_mb: int = 2048  # address space of each run
     output_mb: int = 16  # what one run may write (stdout, files)
     isolation: Literal["auto", "bubblewrap", "limits"] = "auto"  # auto: bubblewrap where it works
     filters: bool = True  # seccomp (and outside bubblewrap Landlock) in each run; off only to test plain limits
 
     def __post_init__(self):
-        if self.timeout_profile not in TIMEOUT_PROFILES:
-            raise ValueError(f"code.timeout_profile = {self.timeout_profile!r}: one of {sorted(TIMEOUT_PROFILES)}")
+        if self.grading is not None and self.grading not in GRADINGS:
+            raise ValueError(f"code.grading = {self.grading!r}: one of {sorted(GRADINGS)} or null")
         if self.isolation not in ("auto", "bubblewrap", "limits"):
             raise ValueError(f"code.isolation = {self.isolation!r}: one of auto, bubblewrap, limits")
         for key in ("timeout_s", "budget_s"):
@@ -65,8 +78,18 @@ class CodeConfig:
                 raise ValueError(f"code.{key} must be >= 1, got {getattr(self, key)}")
 
     @property
+    def profile(self) -> str:
+        return self.grading or "judge"
+
+    def for_source(self, data_source: str) -> "CodeConfig":
+        """This config with ``grading`` filled in for a benchmark: its own protocol where it was left null."""
+        if self.grading is not None:
+            return self
+        return replace(self, grading="livecodebench" if data_source == "livecodebench" else "judge")
+
+    @property
     def test_timeout_s(self) -> float:
-        return self.timeout_s if self.timeout_s is not None else TIMEOUT_PROFILES[self.timeout_profile]
+        return self.timeout_s if self.timeout_s is not None else GRADINGS[self.profile]
 
 
 class CodeTest(NamedTuple):
@@ -111,9 +134,31 @@ def parse_tests(text: str, where: str = "tests") -> CodeTests:
     return CodeTests(tuple(tests), fn_name)
 
 
-def extract_code(response: str) -> str | None:
-    """The program in a model's answer: the last fenced block after the last ``</think>`` (the GLM-4.5
-    toolkit's rule; LiveCodeBench also takes the last block); None when there is none."""
+def extract_code(response: str, grading: str = "judge") -> str | None:
+    """The program in a model's answer, as the profile's grader finds it; None when there is none.
+
+    - judge: the last fenced block after the last ``</think>``;
+    - livecodebench: the lines between the last two lines holding a fence (LiveCodeBench's
+      ``extract_code``), None where fewer than two lines do;
+    - glm45: the toolkit's ``postprocess_generation``: after a first ``###Response``, the text between the
+      first and second ``</think>`` where ``<think>`` appears too, then where a fence appears the last
+      ```` ```lang\n...``` ```` block (None where none closes), tabs made four spaces, the end stripped; an
+      empty program becomes ``return 0``, as the toolkit runs it."""
+    if grading == "livecodebench":
+        lines = response.split("\n")
+        fences = [i for i, line in enumerate(lines) if "```" in line]
+        return "\n".join(lines[fences[-2] + 1 : fences[-1]]) if len(fences) >= 2 else None
+    if grading == "glm45":
+        if "###Response" in response:
+            response = response.split("###Response")[1]
+        if "<think>" in response and "</think>" in response:
+            response = response.split("</think>")[1]
+        if "```" in response:
+            blocks = _GLM_FENCE.findall(response)
+            if not blocks:
+                return None
+            response = blocks[-1][1]
+        return response.replace("\t", "    ").rstrip() or "return 0"
     blocks = _FENCE.findall(response.rsplit("</think>", 1)[-1])
     return blocks[-1] if blocks else None
 
@@ -150,18 +195,53 @@ def value_matches(output: str, expected: str) -> bool:
         return False
 
 
-def test_passes(test: CodeTest, output: object) -> bool:
+def glm_stdout_matches(output: str, expected: str) -> bool:
+    """GLM-4.5's toolkit's comparison of printed lines (its ``run_test``, the checks that can pass in order):
+    the lines joined, or each stripped and joined, equal to the expected text with its ends stripped; one
+    line equal to the whole expected text; the lines, or the non-empty ones, equal to the expected text's
+    non-empty lines stripped; or, unless every pair of lines is digits, as many lines as expected, each
+    one number, all close (``np.allclose``)."""
+    lines = output.splitlines()
+    want = expected.strip()
+    if "\n".join(lines).strip() == want or "\n".join(line.strip() for line in lines).strip() == want:
+        return True
+    expected_lines = [line.strip() for line in expected.split("\n") if line]
+    if lines == [expected] or lines == expected_lines:
+        return True
+    lines = [line for line in lines if line]
+    if lines == expected_lines:
+        return True
+    try:
+        if all(a.isdigit() and b.isdigit() for a, b in zip(lines, expected_lines, strict=False)):
+            return False
+        got, wanted = [float(a) for a in lines], [float(b) for b in expected_lines]
+        return len(got) == len(wanted) and bool(np.allclose(got, wanted))
+    except (ValueError, OverflowError):
+        return False
+
+
+def test_passes(test: CodeTest, output: object, grading: str = "judge", record: dict | None = None) -> bool:
+    """Whether a test passed: in the graders' profiles a functional test's verdict came from the sandbox."""
+    if grading != "judge" and test.testtype == "functional":
+        return record is not None and record.get("passed") is True
     if not isinstance(output, str):
         return False
-    return stdout_matches(output, test.output) if test.testtype == "stdin" else value_matches(output, test.output)
+    if test.testtype == "functional":
+        return value_matches(output, test.output)
+    return glm_stdout_matches(output, test.output) if grading == "glm45" else stdout_matches(output, test.output)
 
 
 HARNESS_STATUSES = {"timeout": "timeout", "memory": "memory", "output_limit": "output_limit"}
 
 
 def run_limit_s(tests: int, config: CodeConfig) -> float:
-    """How long a program's tests may run in all: its budget, or each test's limit and a second."""
-    return tests * (config.test_timeout_s + 1.0) if config.budget_s is None else config.budget_s
+    """How long a program's tests may run in all: ``code.budget_s``, else the profile's: each test's limit
+    and a second (judge), that and 5 s more (LiveCodeBench's process timeout), the test limit alone (GLM's
+    toolkit joins its process after 30 s, whatever the number of tests)."""
+    if config.budget_s is not None:
+        return config.budget_s
+    per_test = tests * (config.test_timeout_s + 1.0)
+    return {"judge": per_test, "livecodebench": per_test + 5.0, "glm45": config.test_timeout_s}[config.profile]
 
 
 def code_deadline_s(tests: str, config: CodeConfig) -> float:
@@ -178,14 +258,21 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
     if not tests.tests:
         raise ValueError("a program needs at least one test")
     level = resolve_isolation(config.isolation)
+    grading = config.profile
+    if grading != "judge":  # both graders: every test is functional when the problem names a function
+        kind = "functional" if tests.fn_name is not None else "stdin"
+        tests = CodeTests(tuple(t._replace(testtype=kind) for t in tests.tests), tests.fn_name)
     total = len(tests.tests)
     timeout = config.test_timeout_s
     output_bytes = config.output_mb << 20
+    # the expected values of functional tests go in only where the graders' `==` runs there
+    shown = ("input", "testtype") if grading == "judge" else ("input", "testtype", "output")
     request = {
         "code": program, "fn_name": tests.fn_name, "timeout_s": timeout, "cpu_s": int(timeout) + 1,
         "memory_bytes": config.memory_mb << 20, "output_bytes": output_bytes,
-        "filters": config.filters,
-        "tests": [{"input": t.input, "testtype": t.testtype} for t in tests.tests],
+        "filters": config.filters, "grading": grading,
+        "tests": [{k: getattr(t, k) for k in shown if k != "output" or t.testtype == "functional"}
+                  for t in tests.tests],
     }  # fmt: skip
     largest_input = max(len(t.input.encode()) for t in tests.tests)
     run_limit = run_limit_s(total, config)
@@ -209,7 +296,7 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
                 status = "runtime_error"  # the harness's report was garbled: only a program can do that
             elif record.get("status") != "ok":
                 status = HARNESS_STATUSES.get(record.get("status"), "runtime_error")
-            elif not test_passes(tests.tests[passed], record.get("output")):
+            elif not test_passes(tests.tests[passed], record.get("output"), grading, record):
                 status = "failed"
             else:
                 passed += 1
@@ -234,7 +321,7 @@ def score_code(tests: str | CodeTests, response: str, config: CodeConfig = CodeC
             tests = parse_tests(tests)
         except ValueError as e:  # a bad row's tests: counted, never a crash of the worker
             return CodeVerdict("sandbox_error", 0.0, "", 0, 0, 0.0, "", f"bad tests: {e}"[:500])
-    program = extract_code(response)
+    program = extract_code(response, config.profile)
     if program is None:
         return CodeVerdict("no_code", 0.0, "", 0, len(tests.tests), 0.0, "")
     return run_program(program, tests, config)

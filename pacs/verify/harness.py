@@ -1,13 +1,17 @@
 """The code verifier's harness: the one file that runs inside the sandbox (``python -I harness.py``).
 
-It reads one request as JSON on stdin, ``{"code", "fn_name", "tests": [{"input", "testtype"}], "timeout_s",
-"cpu_s", "memory_bytes", "output_bytes", "filters", "read_dirs", "uid"}``, and runs the program once per test, each time
-in a fresh child forked from here (never from the trainer). It writes JSON lines on stdout: first
-``{"ready", "seccomp", "landlock", "uid"}``, then one ``{"test", "status", "seconds", "bytes"}`` per test,
-where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or ``output_limit``, followed by
-``bytes`` raw bytes of output: the program's stdout (stdin tests) or its return value as JSON
-(functional). It never sees an expected output: the host compares, outside. The host stops reading (and
-kills this sandbox) at the first test that does not pass.
+It reads one request as JSON on stdin, ``{"code", "fn_name", "tests": [{"input", "testtype"[, "output"]}],
+"timeout_s", "cpu_s", "memory_bytes", "output_bytes", "filters", "grading", "read_dirs", "uid"}``. Under the
+``judge`` grading it runs the program once per test, each time in a fresh child forked from here (never
+from the trainer); under ``livecodebench`` and ``glm45`` one child runs every test as that grader does
+(``graders.py``, loaded from beside this file) and its records are relayed. It writes JSON lines on
+stdout: first ``{"ready", "seccomp", "landlock", "uid"}``, then one ``{"test", "status", "seconds",
+"bytes"[, "passed"]}`` per test, where status is ``ok``, ``timeout``, ``runtime_error``, ``memory`` or
+``output_limit``, followed by ``bytes`` raw bytes of output: the program's stdout (stdin tests) or its
+return value as JSON (the judge's functional tests); ``passed`` is a grader profile's verdict on a
+functional test, whose ``==`` runs the program's code. Only then is an expected output here; otherwise the
+host compares, outside. The host stops reading (and kills this sandbox) at the first test that does not
+pass.
 
 In each child, before the program's first line: a new session, limits on address space, CPU seconds,
 file size (the output's bound), open files and core dumps, and a seccomp filter (x86-64) that refuses
@@ -16,11 +20,12 @@ other processes, namespaces, io_uring and a few kernel attack surfaces. Outside 
 given), also Landlock where the kernel has it: files readable only beneath ``read_dirs`` and the working
 directory, none writable, no signal out. The harness makes itself undumpable (a program cannot open its
 memory or its pipe to the host under /proc) and reaps and kills whatever a test left. As root, this harness first
-drops to ``uid`` (nobody). Standard library only: the file is mounted alone into the sandbox.
+drops to ``uid`` (nobody). Standard library only: the file is mounted into the sandbox with ``graders.py``.
 """
 
 import ctypes
 import errno
+import importlib.util
 import json
 import os
 import platform
@@ -46,9 +51,11 @@ IMPORTS = (
 # limits level's nobody cannot read any module that is not loaded by then (config/README.md)
 PRELOAD = ("array", "cmath", "dataclasses", "decimal", "enum", "fractions", "numbers", "queue", "struct",
            "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib", "fcntl",
-           "hashlib", "socket", "select", "ast", "glob", "shutil", "sortedcontainers")  # fmt: skip
+           "hashlib", "socket", "select", "ast", "glob", "shutil", "sortedcontainers", "subprocess",
+           "unittest.mock", "types")  # fmt: skip
 
 EXIT_RUNTIME, EXIT_MEMORY, EXIT_OUTPUT = 1, 3, 4  # the child's own exit codes
+GRADER_STATUSES = ("ok", "timeout", "runtime_error", "memory")  # what graders.run may say of a test
 
 # seccomp: x86-64 system call numbers
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -219,8 +226,10 @@ def limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: dict, harness: int) -> None:
-    """In the forked child: confine, then run the program once on one test. Never returns."""
+def confine(request: dict, stdin_fd: int, out_fd: int, filters: dict, harness: int, cpu_s: int,
+            channel: int | None = None) -> None:
+    """In a forked child, before the program's first line: its own session, stdin and stdout (and the
+    graders' record channel as fd 3), no other descriptor, its limits and filters. Exits where it cannot."""
     try:
         os.setsid()
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -232,11 +241,13 @@ def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: di
         os.dup2(devnull, 2)
         if filters["landlock"]:
             install_landlock(filters["read_fds"], os.open(".", os.O_PATH), filters["landlock"])
-        os.closerange(3, 1 << 16)
+        if channel is not None:  # after Landlock, whose directories' descriptors may be 3 and above
+            os.dup2(channel, 3)
+        os.closerange(3 if channel is None else 4, 1 << 16)
         limit(resource.RLIMIT_CORE, 0)
         limit(resource.RLIMIT_FSIZE, request["output_bytes"])
         limit(resource.RLIMIT_NOFILE, 64)
-        resource.setrlimit(resource.RLIMIT_CPU, (request["cpu_s"], request["cpu_s"] + 1))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         limit(resource.RLIMIT_AS, request["memory_bytes"])
         if os.getuid() == request["uid"]:  # nobody's processes are only ours: bound them (a fork bomb, unfiltered)
             limit(resource.RLIMIT_NPROC, 64)
@@ -244,6 +255,11 @@ def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: di
             install_seccomp()
     except BaseException:  # noqa: BLE001
         os._exit(EXIT_RUNTIME)
+
+
+def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: dict, harness: int) -> None:
+    """In the forked child: confine, then run the program once on one test (the judge). Never returns."""
+    confine(request, stdin_fd, out_fd, filters, harness, request["cpu_s"])
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
     code, value = EXIT_RUNTIME, None
@@ -336,6 +352,108 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[di
     return {"status": verdict, "seconds": seconds}, output if verdict == "ok" else b""
 
 
+def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
+    """The ``livecodebench`` and ``glm45`` profiles: one confined child runs every test (``graders.run``), as
+    both graders run a program in one process, and its records (fd 3) are relayed here with bounds: each
+    must come within the test's limit and a second (the graders' own alarm fires at the limit), name its
+    test and hold at most ``output_bytes``. The child's stdin and stdout are /dev/null, as in the graders'
+    ``multiprocessing`` child: the stdin the graders' patches land on, the stdout a program reaches past
+    the capture (``os.write(1, ...)``)."""
+    read_fd, write_fd = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    harness, tests = os.getpid(), len(request["tests"])
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        os.chdir(workdir)
+        confine(request, devnull, devnull, filters, harness, request["cpu_s"] * tests, channel=write_fd)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        code = 0
+        try:
+            graders.run(request, IMPORTS)
+        except MemoryError:
+            code = EXIT_MEMORY
+        except BaseException:  # noqa: BLE001
+            code = EXIT_RUNTIME
+        os._exit(code)
+    os.close(write_fd)
+    os.close(devnull)
+    reaped = False
+    try:
+        reaped = relay(read_fd, request, tests, pid)
+    finally:
+        if not reaped:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        kill_leftovers()
+        os.close(read_fd)
+
+
+def relay(read_fd: int, request: dict, tests: int, pid: int) -> bool:
+    """Each test's record from the graders' child to the host, until one does not pass or none comes;
+    whether the child was reaped here."""
+    buffer, limit_bytes = b"", request["output_bytes"]
+
+    def fill(size: int | None, deadline: float) -> str | None:
+        """Read until ``buffer`` holds ``size`` bytes (a line, size None); why not, else None."""
+        nonlocal buffer
+        while (b"\n" not in buffer[:4096]) if size is None else len(buffer) < size:
+            if size is None and len(buffer) > 4096:
+                return "garbled"
+            ready, _, _ = select.select([read_fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return "timeout"
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                return "ended"
+            buffer += chunk
+        return None
+
+    for i in range(tests):
+        start = time.monotonic()
+        deadline = start + request["timeout_s"] + 1.0
+        why = fill(None, deadline)
+        if why is None:
+            line, buffer = buffer.split(b"\n", 1)
+            try:
+                record = json.loads(line)
+                size = record["bytes"]
+                assert record["test"] == i and record["status"] in GRADER_STATUSES and isinstance(size, int)
+                assert record.get("passed", False) in (True, False) and 0 <= size
+            except Exception:  # noqa: BLE001
+                why = "garbled"
+            else:
+                why = "output_limit" if size >= limit_bytes else fill(size, deadline)
+        if why is None:
+            payload, buffer = buffer[:size], buffer[size:]
+            emit({**{k: record[k] for k in ("test", "status", "passed") if k in record},
+                  "seconds": time.monotonic() - start}, payload)  # fmt: skip
+            if record["status"] != "ok" or record.get("passed") is False:
+                return False
+            continue
+        if why != "ended":
+            os.kill(pid, signal.SIGKILL)  # still unreaped, so the pid is its own
+        status = os.waitpid(pid, 0)[1]
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+        if why == "timeout" or sig == signal.SIGXCPU:
+            verdict = "timeout"
+        elif why == "output_limit":
+            verdict = "output_limit"
+        elif code == EXIT_MEMORY:
+            verdict = "memory"
+        else:
+            verdict = "runtime_error"
+        emit({"test": i, "status": verdict, "seconds": time.monotonic() - start})
+        return True
+    return False
+
+
 def kill_leftovers() -> None:
     """Kill and reap every process a test left (where no filter stopped it from starting one): as the
     subreaper, this harness inherits them all, daemons included."""
@@ -370,6 +488,14 @@ def emit(record: dict, payload: bytes = b"") -> None:
     sys.stdout.buffer.flush()
 
 
+def load_graders():
+    """``graders.py``, beside this file (``-I`` puts no directory of ours on the path)."""
+    spec = importlib.util.spec_from_file_location("graders", os.path.join(os.path.dirname(__file__), "graders.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the verifier
@@ -382,15 +508,19 @@ def main() -> None:
         except ImportError:  # not installed (sortedcontainers, which some LeetCode programs import)
             pass
     exec(compile(IMPORTS, "<imports>", "exec"), {})  # the children's imports, loaded while still readable
+    graders = None if request["grading"] == "judge" else load_graders()
     landlock = landlock_abi() if request["filters"] and request["read_dirs"] is not None else 0
     read_fds = [os.open(d, os.O_PATH) for d in request["read_dirs"]] if landlock else []
     drop_root(request["uid"])
     workdir = os.getcwd()
     filters = {"seccomp": request["filters"] and seccomp_works(), "landlock": landlock, "read_fds": read_fds}
     emit({"ready": True, "seccomp": filters["seccomp"], "landlock": landlock, "uid": os.getuid()})
+    if graders is not None:
+        return graded_tests(request, workdir, filters, graders)
     for i, test in enumerate(request["tests"]):
         record, output = one_test(request, test, workdir, filters)
         emit({"test": i, **record}, output)
+    return None
 
 
 if __name__ == "__main__":

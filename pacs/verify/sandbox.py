@@ -4,16 +4,17 @@ Two isolation levels, probed once per process:
 
 - ``bubblewrap``: the harness runs under ``bwrap`` in new user, PID, network, IPC, UTS and mount
   namespaces, as nobody, dying with its parent, with an empty environment. Mounted read-only: /usr (and
-  /lib, /lib64, /bin as the host has them), the interpreter's own prefix and the harness file; a size-bounded
-  tmpfs /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
+  /lib, /lib64, /bin as the host has them), the interpreter's own prefix, the harness and ``graders.py``; a
+  size-bounded tmpfs /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
 - ``limits``: where bubblewrap cannot run (not installed, or user namespaces switched off), the harness runs
   as a plain process in its own session, with an empty environment, in a fresh private directory, and,
   started as root, drops to nobody.
 
-At both levels each test runs in a fresh child of the harness with resource limits and (x86-64) a seccomp
-filter: no new processes, sockets, signals to others or tracing; at the limits level also Landlock where
-the kernel has it (5.13+): reads only beneath the system's and the interpreter's directories, writes only
-in the private one. The isolation in force is reported with every verdict (``LEVELS``; config/README.md
+At both levels each test (under the graders' profiles, each program's tests together: ``graders.py``) runs in
+a fresh child of the harness with resource limits and (x86-64) a seccomp filter: no new processes, sockets,
+signals to others or tracing; at the limits level also Landlock where the kernel has it (5.13+): reads only
+beneath the system's and the interpreter's directories, writes only in the private one.
+The isolation in force is reported with every verdict (``LEVELS``; config/README.md
 says what each guards against and what it does not).
 
 The host writes the request on the harness's stdin and reads one JSON line per test; whatever comes back
@@ -37,6 +38,7 @@ from pathlib import Path
 from pacs.verify.harness import landlock_abi  # the harness is standard library only: importable here too
 
 HARNESS = Path(__file__).with_name("harness.py")
+GRADERS = HARNESS.with_name("graders.py")  # loaded by the harness from beside itself (graders' profiles)
 LEVELS = ("bubblewrap+seccomp", "limits+seccomp+landlock", "limits+seccomp", "limits")
 NOBODY = 65534
 STARTUP_GRACE_S = 10.0  # the sandbox's own start (bwrap, the interpreter, the harness's imports)
@@ -85,7 +87,8 @@ def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
         shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent",
         "--new-session", "--clearenv", "--cap-drop", "ALL",
         "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
-        "--ro-bind", str(HARNESS), "/sandbox/harness.py", "--proc", "/proc", "--dev", "/dev",
+        "--ro-bind", str(HARNESS), "/sandbox/harness.py",
+        "--ro-bind", str(GRADERS), "/sandbox/graders.py", "--proc", "/proc", "--dev", "/dev",
         "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(1 << 20), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev", "--remount-ro", "/", "--disable-userns", "--as-pid-1", "--chdir", "/tmp",
         python, "-I", "/sandbox/harness.py",
