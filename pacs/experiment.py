@@ -4,6 +4,8 @@ model and selected checkpoint on every benchmark. The workflow (workflow/rules/c
 ``pacs plan`` both read the experiment from here, with the same paths under results/<name>/.
 """
 
+import dataclasses
+
 from pacs.config import ConfigError, from_dict, to_dict
 from pacs.eval.config import EvalConfig
 from pacs.train.config import resolve
@@ -285,10 +287,26 @@ def eval_settings(config: dict, benchmark: str, runs: dict, model: str | None = 
             settings["vllm"] = {**settings.get("vllm", {}), "tensor_parallel_size": own["tensor_parallel_size"]}
         settings["chat_template"] = chat_template_source(config, model)
         where += f" (released.{model})"
-    resolved = to_dict(from_dict(EvalConfig, settings, where))
+    evaluation = from_dict(EvalConfig, settings, where)
+    # its grader named, where left null: the benchmark's own (code.grading)
+    resolved = to_dict(dataclasses.replace(evaluation, code=evaluation.code.for_source(benchmark)))
     if resolved["chat_template"] is None:  # unset, as settings files written before the key had it
         del resolved["chat_template"]
     return resolved
+
+
+GRADERS = {"judge": "pacs's judge", "livecodebench": "LiveCodeBench's grader", "glm45": "GLM-4.5's grader"}
+
+
+def benchmark_label(config: dict, benchmark: str, runs: dict) -> str:
+    """The benchmark's label in the report, the grader beside it for LiveCodeBench and wherever its settings
+    name one (``code.grading``): the same programs pass or fail by grader (config/README.md, "Code verifier")."""
+    spec = config["data"]["benchmarks"][benchmark]
+    named = ((spec.get("settings") or {}).get("code") or {}).get("grading") or (
+        (config["eval"]["settings"].get("code") or {}).get("grading"))
+    if benchmark != "livecodebench" and not named:
+        return spec["label"]
+    return f"{spec['label']} ({GRADERS[eval_settings(config, benchmark, runs)['code']['grading']]})"
 
 
 def evaluation_settings(config: dict, runs: dict) -> dict[str, dict]:

@@ -149,7 +149,10 @@ def test_the_v2_experiment_evaluates_out_of_domain_released_models_and_diversity
         "math500", "amc23", "aime2024", "aime2025", "beyondaime"}  # fmt: skip
     settings = experiment.evaluation_settings(config, runs)
     lcb, gpqa = settings["eval_livecodebench"], settings["eval_gpqa"]
-    assert (lcb["n"], lcb["code"]["timeout_profile"]) == (2, "glm45")
+    assert (lcb["n"], lcb["code"]["grading"]) == (2, "glm45")
+    assert settings["eval_math500"]["code"]["grading"] == "judge"  # filled in, and no math score depends on it
+    assert experiment.benchmark_label(config, "livecodebench", runs) == "LiveCodeBench (GLM-4.5's grader)"
+    assert experiment.benchmark_label(config, "math500", runs) == "MATH-500"
     assert (lcb["temperature"], lcb["max_tokens"]) == (0.6, 8192)
     assert gpqa["n"] == 8 and "chat_template" not in settings["eval_math500"]  # unset: files as before the key
     assert "chat_template" not in settings["eval_aime2024_limo"]  # its own template (choice)

@@ -175,7 +175,9 @@ def test_the_paper_v2_dry_run(tmp_path):
     assert "--start-date 2024-07-01 --end-date 2025-01-01 --prompt-style glm_cot" in done.stdout.split(
         "--dataset livecodebench --source hub --system-prompt 'You are a helpful assistant.'")[1].split("\n")[0]
     code = yaml.safe_load((configs / "eval_livecodebench.yaml").read_text())
-    assert (code["n"], code["code"]["timeout_profile"]) == (2, "glm45")
+    assert (code["n"], code["code"]["grading"]) == (2, "glm45")
+    assert manifest["benchmarks"]["livecodebench"]["label"] == "LiveCodeBench (GLM-4.5's grader)"
+    assert manifest["benchmarks"]["gpqa"]["label"] == "GPQA Diamond"
     assert manifest["benchmarks"]["gpqa"]["out_of_domain"]
     released = {"qwen3-14b", "deepthought-8b", "eurus-2-7b-prime", "limo", "marco-o1", "openthinker3-7b", "sky-t1-7b"}
     assert {m for m, s in manifest["models"].items() if s["released"]} == released

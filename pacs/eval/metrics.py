@@ -46,7 +46,7 @@ def code_metrics(responses: pd.DataFrame, code: CodeConfig) -> dict:
     isolation = {**{level: 0 for level in LEVELS}, **{k: int(v) for k, v in levels.items() if k}}
     ran = responses[responses["isolation"] != ""]
     return {
-        "timeout_profile": code.timeout_profile,
+        "grading": code.profile,  # whose grader: judge, livecodebench or glm45 (pacs.verify.code)
         "test_timeout_s": code.test_timeout_s,  # seconds per test: the profile's, or code.timeout_s
         "budget_s": code.budget_s,
         "isolation": {**isolation, "not_run": int(levels.get("", 0))},

@@ -15,6 +15,7 @@ Chunks are generated in order and each is written as soon as it is scored: a kil
 again, generates only the missing chunks; a finished one only recomputes its metrics.
 """
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable
@@ -136,6 +137,8 @@ def evaluate(
         problems = problems.head(config.limit)
     if problems.empty:
         raise ValueError(f"{data}: no problems to evaluate")
+    # code.grading null: the benchmark's own grader (LiveCodeBench's rows: LiveCodeBench's runner)
+    config = dataclasses.replace(config, code=config.code.for_source(str(problems["data_source"].iloc[0])))
     engine_kind = resolve_engine(config.engine)
     model_id = str(Path(model).resolve()) if Path(model).exists() else str(model)
     identity = {"model": model_id, "data": str(Path(data).resolve()), "engine": engine_kind, "eval": to_dict(config)}

@@ -254,6 +254,9 @@ def resolve(data: dict) -> RunConfig:
         options = dataclasses.replace(options, max_response_length=config.rollout.max_response_length)
     if "value_loss_agg_mode" in keys and options.value_loss_agg_mode is None:  # the actor's, as the fork's critic
         options = dataclasses.replace(options, value_loss_agg_mode=options.loss_agg_mode)
+    if config.verifier.code.grading is None:  # a code reward: the judge, close to an online judge's
+        code = dataclasses.replace(config.verifier.code, grading="judge")
+        config = dataclasses.replace(config, verifier=dataclasses.replace(config.verifier, code=code))
     return dataclasses.replace(config, algorithm=AlgorithmConfig(name, to_dict(options)))
 
 

@@ -113,7 +113,7 @@ MANIFEST_DATA = {
         },
     },
     "benchmarks": {
-        b: {"label": s["label"], "published_as": s.get("published_as"), "ks": s["ks"],
+        b: {"label": experiment.benchmark_label(config, b, RUN_CONFIGS), "published_as": s.get("published_as"), "ks": s["ks"],
             "out_of_domain": bool(s.get("out_of_domain"))}
         for b, s in BENCHMARKS.items()
     },
