@@ -85,6 +85,20 @@ def test_pacs_limits_hold_in_every_profile():
             assert (grading, verdict.status, verdict.isolation != "") == (grading, status, True)
 
 
+def test_a_program_writing_to_the_graders_channel_gets_no_verdict_it_wrote():
+    """Under a grader profile the records travel on the child's fd 3: what a program writes there is read with
+    bounds, and a record that does not parse or names another test is a runtime error, never a verdict."""
+    tests = parse_tests(json.dumps({"tests": [{"input": "", "output": "1"}, {"input": "", "output": "1"}]}))
+    garbage = "import os\nos.write(3, b'garbage\\n')\nprint(1)\n"
+    forged = "import os\nos.write(3, b'{\"test\": 0, \"status\": \"ok\", \"bytes\": 2}\\n1\\n')\nprint(1)\n"
+    endless = "import os\nos.write(3, b'x' * 10000)\nprint(1)\n"
+    for grading in ("livecodebench", "glm45"):
+        for program in (garbage, forged, endless):
+            verdict = run_program(program, tests, CodeConfig(grading=grading, timeout_s=3))
+            assert (grading, verdict.status) == (grading, "runtime_error")
+        assert run_program("print(1)\n", tests, CodeConfig(grading=grading)).status == "passed"
+
+
 def test_expected_outputs_enter_the_sandbox_only_where_a_graders_equality_runs(monkeypatch):
     import pacs.verify.code as code
 
