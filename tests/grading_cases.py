@@ -3,8 +3,9 @@ a program, its tests and the verdict each profile gives (``code.grading``).
 
 The graders' verdicts were worked out from their sources (LiveCodeBench/LiveCodeBench at 28fef95,
 zai-org/glm-simple-evals at db7fdc8) and checked by running unmodified copies of both graders, outside the
-project, on these same cases: `tests/cross_check_graders.py` (38 of 38 agree with each). A status names pacs's verdict: the
-graders call ``timeout`` a time limit, ``runtime_error`` any exception, ``failed`` a wrong answer.
+project, on these same cases: `tests/cross_check_graders.py` (38 of 38 agree with each). A status names
+pacs's verdict: the graders call ``timeout`` a time limit, ``runtime_error`` any exception, ``failed`` a
+wrong answer.
 """
 
 import json
