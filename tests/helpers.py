@@ -300,7 +300,7 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
 
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=16)
     result = {"before_push": gap()}
-    result["push_check"] = push_weights(1, engine, policy)  # raises if the engine does not hold what was pushed
+    result["push_check"] = push_weights(1, engine, policy)[0]  # raises if the engine does not hold what was pushed
     result["after_push"] = gap()
     result["vllm_greedy"] = [g[0].text for g in engine.generate(prompts, greedy)]
     result["hf_greedy"] = [g[0].text for g in HFEngine(policy, tokenizer, stops).generate(prompts, greedy)]

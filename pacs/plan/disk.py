@@ -5,12 +5,18 @@
 - **critic** (PPO): its HF weights in ``model.dtype`` (the LM head replaced by a one-output value head);
 - **reference** (a reference reset: PACS v2): a snapshot of the policy in the compute dtype;
 - **resume**: AdamW's two moments of every trained model in ``model.dtype``, and the policy's master weights
-  when the HF weights are in a lower dtype than ``model.dtype``.
+  when the HF weights are in a lower dtype than ``model.dtype``;
+- **inflight** (``rollout.staleness`` k ≥ 1): the k batches sampled ahead (``pacs.train.staleness``), at
+  most: every row padded to the longest prompt and response (token ids, attention mask and positions in
+  int64), the response mask and the behaviour log-probs (fp32), and the completions as pickled (token ids,
+  log-probs and text: ``INFLIGHT_RESPONSE_BYTES`` a response token, measured on the tiny runs' files).
 
 File headers, the tokenizer and the counters (kilobytes) are not counted.
 """
 
 from pacs.plan.memory import DTYPE_BYTES, critic_params, dims
+
+INFLIGHT_RESPONSE_BYTES = 24  # beyond the padded tensors: mask 1, log-prob 4, pickled ~18 (tiny runs: 23.3-23.8)
 
 
 def checkpoint_bytes(shape, run: dict, has_critic: bool) -> dict[str, int]:
@@ -23,6 +29,9 @@ def checkpoint_bytes(shape, run: dict, has_critic: bool) -> dict[str, int]:
     parts["reference"] = params * DTYPE_BYTES[compute] if run["trainer"]["reference_reset_every"] else 0
     parts["resume"] = 2 * (params + critic) * DTYPE_BYTES[master]
     parts["resume"] += params * DTYPE_BYTES[master] if compute != master else 0
+    rollout, width = run["rollout"], run["data"]["max_prompt_length"] + run["rollout"]["max_response_length"]
+    rows = rollout["staleness"] * run["trainer"]["batch_size"] * rollout["n"]
+    parts["inflight"] = rows * (3 * 8 * width + INFLIGHT_RESPONSE_BYTES * rollout["max_response_length"])
     return parts
 
 

@@ -12,6 +12,8 @@ too). Two different tensors collide only if their differences cancel in the weig
 that are never pushed, half pushed or pushed stale do not do.
 """
 
+import hashlib
+
 import torch
 from torch import Tensor
 
@@ -40,3 +42,12 @@ def fingerprint(t: Tensor) -> int:
         chunk_sum = int((u * coefficients[: u.numel()]).sum())
         total += ((c * _HASH) % (1 << 31) * 2 + 1) * chunk_sum
     return total
+
+
+def weights_fingerprint(fingerprints: dict[str, int]) -> str:
+    """One fingerprint of a model's weights from its tensors' (name -> ``fingerprint``): a digest of every
+    name and value, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(fingerprints):
+        digest.update(f"{name}={fingerprints[name]};".encode())
+    return digest.hexdigest()[:16]

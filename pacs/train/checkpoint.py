@@ -8,10 +8,11 @@ it), ``reference/`` once a reference reset has made the reference a snapshot of 
 dtype, the only precision it is used in), ``resume/`` (what only a resume reads, written by
 ``torch.distributed.checkpoint``, each rank its own shards so that no rank ever holds the whole: the
 optimizers' states and, where the HF weights are in a lower dtype than ``model.dtype``, the policy's master
-weights), ``trainer_state.pt`` (step, counters, the step of the last reference reset) and ``rng_rank{r}.pt``
-per rank, and ``manifest.json`` (every file's size and checksum: ``pacs.train.retention``). It is written under a
-``.tmp`` name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory,
-which resume deletes.
+weights), ``trainer_state.pt`` (step, counters, the step of the last reference reset), ``rng_rank{r}.pt``
+per rank (and ``inflight_rank{r}.pt``, the batches sampled ahead with ``rollout.staleness`` ≥ 1), and
+``manifest.json`` (every file's size and checksum: ``pacs.train.retention``). It is written under a ``.tmp``
+name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory, which
+resume deletes.
 """
 
 import json
@@ -140,8 +141,11 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
 
 
-def save_rank_state(staging: Path, rank: int) -> None:
+def save_rank_state(staging: Path, rank: int, inflight: dict | None = None) -> None:
+    """This rank's RNG state, and the batches it sampled ahead (``pacs.train.staleness``) where there are."""
     torch.save(rng_state(), staging / f"rng_rank{rank}.pt")
+    if inflight is not None:
+        torch.save(inflight, staging / f"inflight_rank{rank}.pt")
 
 
 def save_counters(staging: Path, state: dict) -> None:

@@ -52,10 +52,15 @@ class RolloutConfig:
     # (gross mismatch: another model, a dtype bug); null: never. Unset: by the compute dtype
     # (DEFAULT_LOGPROB_GAP). vllm only: hf samples from the policy itself
     max_logprob_gap: float | None = 1e-3
+    # step t trains on rollouts sampled by the weights after update max(0, t - staleness) (pacs.train.staleness);
+    # 0: on-policy, each step samples with the weights it updates
+    staleness: int = 0
 
     def __post_init__(self):
         if self.max_logprob_gap is not None and self.max_logprob_gap <= 0:
             raise ValueError(f"rollout.max_logprob_gap must be > 0 or null, got {self.max_logprob_gap}")
+        if self.staleness < 0:
+            raise ValueError(f"rollout.staleness must be an integer >= 0, got {self.staleness}")
         if self.vllm.tensor_parallel_size != 1:
             raise ValueError(
                 "rollout.vllm.tensor_parallel_size must be 1 (one engine per rank), "
@@ -238,14 +243,28 @@ def resolve(data: dict) -> RunConfig:
     rollout, model, trainer = dict(data.get("rollout") or {}), data.get("model"), data.get("trainer")
     dtype = model.get("dtype", "float32") if isinstance(model, dict) else "float32"
     dtype = (trainer.get("compute_dtype") if isinstance(trainer, dict) else None) or dtype  # what log-probs see
-    rollout.setdefault("max_logprob_gap", DEFAULT_LOGPROB_GAP.get(dtype, DEFAULT_LOGPROB_GAP["float32"]))
+    stale = rollout.get("staleness", 0)
+    stale = stale if isinstance(stale, int) and stale > 0 else 0  # anything else: from_dict says what is wrong
+    if stale and rollout.get("max_logprob_gap") is not None:
+        raise ConfigError(f"rollout.max_logprob_gap: with rollout.staleness {stale} the engine's log-probs come "
+                          "from weights up to that many updates older than the trainer's, so their gap measures "
+                          "the policy's movement, not the engine; set it to null (the weight push is still "
+                          "checked exactly)")  # fmt: skip
+    default_gap = None if stale else DEFAULT_LOGPROB_GAP.get(dtype, DEFAULT_LOGPROB_GAP["float32"])
+    rollout.setdefault("max_logprob_gap", default_gap)
     data["rollout"] = rollout
     config = from_dict(RunConfig, data)
     options = objective_config(config)
-    if "sampler_logprobs" in get_objective(name).needs(options) and config.rollout.engine != "vllm":
+    correction = "sampler_logprobs" in get_objective(name).needs(options)
+    if config.rollout.staleness and not correction:
+        raise ConfigError(f"algorithm.options.tis_cap: rollout.staleness {config.rollout.staleness} trains on "
+                          "samples from older weights than the policy's; the truncated importance ratio against "
+                          "them is required (e.g. tis_cap: 2, verl's default)")  # fmt: skip
+    if correction and config.rollout.engine != "vllm" and not config.rollout.staleness:
         raise ConfigError(f"algorithm.options.tis_cap: rollout correction weighs by the engine's log-probs of its "
                           f"samples, which rollout.engine {config.rollout.engine} does not report (hf samples from "
-                          "the policy itself: there is no mismatch to correct); use rollout.engine vllm")  # fmt: skip
+                          "the policy itself: no mismatch to correct, unless rollout.staleness >= 1); use "
+                          "rollout.engine vllm")  # fmt: skip
     if config.trainer.reference_reset_every and "ref_logprobs" not in get_objective(name).needs(options):
         raise ConfigError(f"trainer.reference_reset_every: {name} with these algorithm.options has no reference to "
                           "reset (PACS: reward_proxy reference; PPO, GRPO: a KL coefficient)")  # fmt: skip

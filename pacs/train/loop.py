@@ -9,7 +9,7 @@ micro-batches and gradient accumulation, critic first. Reading it top to bottom 
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -26,10 +26,11 @@ from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.memory import phase
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
-from pacs.train.prompts import Prompts, load_prompts
+from pacs.train.prompts import load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
-from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, rollout, take_rewards
+from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, take_rewards
 from pacs.train.segments import JobOptions, Segment
+from pacs.train.staleness import RolloutSchedule
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
 
@@ -153,14 +154,13 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     return record
 
 
-def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Prompts, pool, scorer: Executor,
-               env: DistEnv) -> dict:  # fmt: skip
-    """One step: sample; while the verifier scores, old log-probs (of rows the update does not score
-    on-policy), reference log-probs and values; then rewards and prepare, critic and actor updates, the
-    log-prob gap's guard, and the new weights into the engine, checked there tensor by tensor."""
-    timer = {"start": time.perf_counter()}
-    pad = models.tokenizer.pad_token_id or 0
-    batch, completions, pending = rollout(step, config, engine, prompts, pool, pad, env, timer, scorer)
+def train_step(step: int, config: RunConfig, models: Models, rollouts: RolloutSchedule, env: DistEnv) -> dict:
+    """One step: its rollouts (sampled now, or ``rollout.staleness`` steps ago); while the verifier scores,
+    old log-probs (of rows the update does not score on-policy), reference log-probs and values; then rewards
+    and prepare, critic and actor updates, the log-prob gap's guard, and the new weights into the engine,
+    checked there tensor by tensor."""
+    timer, engine = {"start": time.perf_counter()}, rollouts.engine
+    batch, completions, pending, staleness = rollouts.take(step, timer)
     objective, options = get_objective(config.algorithm.name), objective_config(config)
     if "values" in objective.needs(options):  # the critic's states: one more after a response that stopped
         add_value_states(batch, config.rollout.max_response_length)
@@ -178,10 +178,13 @@ def train_step(step: int, config: RunConfig, models: Models, engine, prompts: Pr
     gap = logprob_gap(batch, env)
     check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
     record.update(gap)
-    record.update(push_weights(step + 1, engine, models.policy))  # a collective under fsdp; then checked
+    pushed, held = push_weights(step + 1, engine, models.policy)  # a collective under fsdp; then checked
+    rollouts.updated(step + 1, held)
+    record.update(pushed)
     timer["weight_push"] = time.perf_counter()
 
-    record.update(rollout_stats(batch, completions, verdicts, prompts.task, config.rollout.n, env))
+    record.update(rollout_stats(batch, completions, verdicts, rollouts.prompts.task, config.rollout.n, env))
+    record.update(staleness)
     mask = batch["response_mask"]
     ent = all_reduce(torch.stack([torch.where(mask, entropy, 0.0).sum(), mask.sum().float()]), env)
     record["policy/entropy"] = float(ent[0] / ent[1])
@@ -222,7 +225,8 @@ def train(
     heldout = None
     if config.data.heldout_files:
         heldout = load_prompts(data.heldout_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
-    start_weights = latest[1] if latest else config.model.path
+    resume = latest[1] if latest else None
+    start_weights = resume or config.model.path
     heldout_size = len(heldout.token_ids) if heldout else 0
     engine = build_engine(
         config, models.policy, models.tokenizer, start_weights, heldout_size, env, models.policy_module
@@ -245,7 +249,7 @@ def train(
 
     def save(step: int) -> None:
         began = time.perf_counter()
-        save_checkpoint(root, step, models, config, env, job.keep_weights)
+        save_checkpoint(root, step, models, config, env, job.keep_weights, rollouts.state())
         segment.took(step, checkpoint_s=time.perf_counter() - began)
 
     if env.main:
@@ -259,6 +263,7 @@ def train(
         Segment(out, env, config.checkpoint.stop_margin, job) as segment,
     ):
         segment.begin(start)
+        rollouts = RolloutSchedule(config, engine, models, prompts, pool, scorer, env, start, resume)
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
                   "verifier/workers": workers, **evaluate(0)})  # fmt: skip
@@ -268,7 +273,7 @@ def train(
             reset = bool(t.reference_reset_every) and step > 0 and step % t.reference_reset_every == 0
             if reset:  # before the step: its samples' proxy is 0 until its update moves the policy
                 reset_reference(step, config, models)
-            record = train_step(step, config, models, engine, prompts, pool, scorer, env)
+            record = train_step(step, config, models, rollouts, env)
             if t.reference_reset_every:
                 record.update({"reference/reset": int(reset), "reference/step": models.reference_step})
             record.update(evaluate(step + 1))

@@ -119,10 +119,11 @@ def master_modules(config: RunConfig, models: Models) -> dict:
 
 
 def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, env: DistEnv,
-                    keep_weights: Path | None = None) -> None:  # fmt: skip
+                    keep_weights: Path | None = None, inflight: dict | None = None) -> None:  # fmt: skip
     """The models consolidated in HF format by rank 0 (the policy in the compute dtype), the optimizers and
-    any master weights the HF files lack sharded by every rank (DCP), a manifest; then, published, the older
-    checkpoints thinned as ``checkpoint.keep_resumable`` and ``keep_weights`` (or the file ``keep_weights``) say."""
+    any master weights the HF files lack sharded by every rank (DCP), each rank's ``inflight`` batches sampled
+    ahead (``pacs.train.staleness``), a manifest; then, published, the older checkpoints thinned as
+    ``checkpoint.keep_resumable`` and ``keep_weights`` (or the file ``keep_weights``) say."""
     staging = ckpt.staging_dir(root, step)
     if env.main:
         ckpt.remove_partial(root)
@@ -140,7 +141,7 @@ def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, en
                                      "reference_step": models.reference_step})  # fmt: skip
     del full
     ckpt.save_resume_state(staging, optimizer_modules(models), master_modules(config, models))
-    ckpt.save_rank_state(staging, env.rank)
+    ckpt.save_rank_state(staging, env.rank, inflight)
     barrier(env)
     retention.write_manifest(staging, env)
     if env.main:

@@ -24,7 +24,7 @@ from pacs.train.distributed import DistEnv, barrier, gather_objects
 
 MANIFEST = "manifest.json"
 # what only a resume reads; the rest of a checkpoint is the policy in HF format and its tokenizer
-RESUME_ONLY = ("resume", "critic", "reference", "trainer_state.pt", "rng_rank*.pt")
+RESUME_ONLY = ("resume", "critic", "reference", "trainer_state.pt", "rng_rank*.pt", "inflight_rank*.pt")
 
 
 def _files(directory: Path) -> list[Path]:

@@ -95,11 +95,12 @@ def step_prompts(step: int, config: RunConfig, num_prompts: int, env: DistEnv) -
 
 
 def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, pad_token_id: int, env: DistEnv,
-            timer: dict, scorer: Executor):  # fmt: skip
+            timer: dict, scorer: Executor, release: bool = True):  # fmt: skip
     """This rank's share of the step's prompts, n samples each: (batch, completions, verdicts), where verdicts
     is a future: the verifier of the prompts' task (math-verify, or code run on its tests) scores on ``scorer``
     (a thread driving the worker processes) while the trainer computes what does not need rewards. ``batch``
-    gets ``rewards`` from ``take_rewards``."""
+    gets ``rewards`` from ``take_rewards``. The engine then frees its memory for the update unless ``release``
+    is False (more to sample first: a sleeping vLLM holds no weights until the next push)."""
     n = config.rollout.n
     mine = step_prompts(step, config, len(prompts.token_ids), env)
     token_ids = [prompts.token_ids[i] for i in mine]
@@ -115,7 +116,8 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     with phase("generate", engine):  # the engine awake beside the trainer's state, before it sleeps
         completions = engine.generate(token_ids, params)
     timer["generate"] = time.perf_counter()
-    engine.release_memory()
+    if release:
+        engine.release_memory()
     golds, texts = [prompts.golds[i] for i in mine for _ in range(n)], [c.text for g in completions for c in g]
     verdicts = scorer.submit(pool.score, golds, texts, prompts.task)  # the reward: the verifier's score
     batch = rollout_batch(token_ids, completions, pad_token_id)
@@ -170,13 +172,15 @@ def check_logprob_gap(step: int, gap: dict, limit: float | None) -> None:
         )
 
 
-def push_weights(step: int, engine: RolloutEngine, policy: torch.nn.Module) -> dict:
+def push_weights(step: int, engine: RolloutEngine, policy: torch.nn.Module, push: bool = True) -> tuple[dict, dict]:
     """The policy's full weights into the engine, then the check that it holds exactly them: the fingerprint of
     each tensor pushed (cast to the dtype the engine keeps) against the engine's own. Any tensor the engine
     holds that differs (a push missed, partial or gone wrong, at any learning rate) stops the run, naming the
-    step and the tensors. Under fsdp every rank gathers every tensor (a collective), pushed or not."""
+    step and the tensors. Under fsdp every rank gathers every tensor (a collective), pushed or not. ``push``
+    False: the check alone (an engine started from a checkpoint, before its first sample). Returns the
+    record and the fingerprints of the tensors the engine holds readably, by name ({} for ``hf``)."""
     if engine.pushed_dtype is None:  # the engine samples from the policy object itself
-        return {}
+        return {}, {}
     dtype, pushed = getattr(torch, engine.pushed_dtype), {}
 
     def weights() -> Iterator[tuple[str, Tensor]]:
@@ -185,11 +189,12 @@ def push_weights(step: int, engine: RolloutEngine, policy: torch.nn.Module) -> d
             yield name, tensor
 
     stream = weights()
-    engine.update_weights(stream)
+    if push:
+        engine.update_weights(stream)
     for _ in stream:  # what the engine did not take is fingerprinted too, and gathered on every rank
         pass
     held = engine.weight_fingerprints({name: shape for name, (shape, _) in pushed.items()})
-    return check_push(step, pushed, held)
+    return check_push(step, pushed, held), {name: value for name, value in held.items() if value is not None}
 
 
 def check_push(step: int, pushed: dict[str, tuple], held: dict[str, int | None]) -> dict:
