@@ -2,6 +2,7 @@
 the config changes, and a failing job."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from pacs.train.config import load_run_config
 from pacs.train.segments import read_segments
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,6 +206,23 @@ def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
         assert f"| train/qwen3-4b/{method} | 8 |" in plan and f"train/qwen3-8b/{method}" not in plan
     manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
     assert manifest["methods"]["pacs"]["sweep"]["value"] == 1.0  # drawn on the β axis
+
+
+def test_the_one_step_off_overlay_adds_v2_pacs_trained_one_step_off(tmp_path):
+    """config/one_step_off.yaml: one run more on Qwen3-4B, v2's PACS with rollout.staleness 1 and the truncated
+    ratio the staleness requires, evaluated at the checkpoints PACS is (Figure 3's, every 20 steps)."""
+    files = [str(REPO / "config/paper_v2.yaml"), str(REPO / "config/one_step_off.yaml")]
+    done = snakemake(tmp_path, "-n", "--configfile", *files)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = job_counts(done.stdout + done.stderr)
+    v2 = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5  # the experiment's own (above)
+    assert counts["train_policy"] == 8 + 1 and counts["evaluate_model"] == v2 + 5 * (120 // 20)
+    run = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs_one_step_off.yaml")
+    pacs = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs.yaml")
+    assert run.rollout.staleness == 1 and run.algorithm.options["tis_cap"] == 2.0
+    same = dict(rollout=pacs.rollout, algorithm=pacs.algorithm, logging=pacs.logging)  # the run's name aside
+    assert dataclasses.replace(run, **same) == pacs  # nothing else differs
+    assert "| train/qwen3-4b/pacs_one_step_off | 8 |" in (tmp_path / "results/paper_v2/plan.md").read_text()
 
 
 def test_a_config_that_cannot_fit_its_gpus_stops_the_parse(tmp_path):
