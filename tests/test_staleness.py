@@ -2,6 +2,7 @@
 the behaviour policy's log-probs those of the scheduled weights, and a killed or stopped run resumed bitwise
 from the batches saved in flight."""
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -91,9 +92,10 @@ class SleepyEngine:
         return 0
 
 
-def test_each_step_samples_what_the_schedule_needs_then_releases_the_engine_once():
+def test_each_step_samples_what_the_schedule_needs_then_releases_the_engine_once(tmp_path):
     """Staleness 2: step 0 samples steps 0, 1, 2 with the starting weights (each with its own step's seed),
-    then lets the engine sleep; every later step samples one step ahead after the push has woken it."""
+    then lets the engine sleep; every later step samples one step ahead after the push has woken it. What it
+    saves resumes only at the same update, staleness and rank count."""
     config = resolve({"model": {"path": "m"}, "data": {"train_files": ["t.parquet"], "shuffle": False},
                       "rollout": {"staleness": 2, "n": 2}, "algorithm": {"name": "grpo", "options": {"tis_cap": 2.0}},
                       "trainer": {"batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 1}})  # fmt: skip
@@ -114,6 +116,22 @@ def test_each_step_samples_what_the_schedule_needs_then_releases_the_engine_once
                                 ("release", None), ("generate", seed[3]), ("release", None),
                                 ("generate", seed[4]), ("release", None)]  # fmt: skip
         assert sorted(schedule.state()["ahead"]) == [3, 4] and schedule.state()["weights_step"] == 3
+        torch.save(schedule.state(), tmp_path / "inflight_rank0.pt")  # a checkpoint at step 3
+
+        def resumed(start: int, ranks: int = 1, staleness: int = 2) -> RolloutSchedule:
+            run = dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, staleness=staleness))
+            env = DistEnv(world_size=ranks)
+            return RolloutSchedule(run, SleepyEngine(), models, prompts, pool, scorer, env, start, tmp_path)
+
+        assert sorted(resumed(3).ahead) == [3, 4]
+        with pytest.raises(StaleRolloutError, match=r"inflight_rank0.pt: saved by a run of 1 ranks, .* not 2"):
+            resumed(3, ranks=2)
+        with pytest.raises(StaleRolloutError, match=r"holds steps \[3, 4\] sampled ahead at update 3 with staleness "
+                                                    r"2; this run resumes at update 4 with staleness 2 and needs "
+                                                    r"steps \[4, 5\]"):  # fmt: skip
+            resumed(4)
+        with pytest.raises(StaleRolloutError, match=r"with staleness 2; .* with staleness 1 and needs steps \[3\]"):
+            resumed(3, staleness=1)
 
 
 def stale_config(path, tiny_model, toy_data, staleness: int, rollout: dict | None = None, **sections):

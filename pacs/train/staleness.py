@@ -145,8 +145,8 @@ class RolloutSchedule:
             if isinstance(sampled.verdicts, Future):
                 sampled.verdicts = sampled.verdicts.result()
         ahead = {s: dict(vars(v)) for s, v in self.ahead.items()}  # the completions and verdicts as they are
-        return {"staleness": self.k, "weights_step": self.weights_step, "fingerprint": self.fingerprint,
-                "expected": dict(self.expected), "ahead": ahead}  # fmt: skip
+        return {"staleness": self.k, "ranks": self.env.world_size, "weights_step": self.weights_step,
+                "fingerprint": self.fingerprint, "expected": dict(self.expected), "ahead": ahead}  # fmt: skip
 
     def load(self, checkpoint: Path, start: int) -> None:
         path = Path(checkpoint) / f"inflight_rank{self.env.rank}.pt"
@@ -155,6 +155,10 @@ class RolloutSchedule:
                                     "sampled ahead, which a checkpoint of this run's rank count and staleness "
                                     "holds")  # fmt: skip
         state = torch.load(path, weights_only=False)
+        if state["ranks"] != self.env.world_size:  # each rank's batches are its share of the step's prompts
+            raise StaleRolloutError(f"{path}: saved by a run of {state['ranks']} ranks, whose batches in flight are "
+                                    f"their shares of each step's prompts; resume it on {state['ranks']} ranks, "
+                                    f"not {self.env.world_size}")  # fmt: skip
         want = list(range(start, start + self.k))
         if state["staleness"] != self.k or state["weights_step"] != start or sorted(state["ahead"]) != want:
             raise StaleRolloutError(f"{path}: holds steps {sorted(state['ahead'])} sampled ahead at update "
