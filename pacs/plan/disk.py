@@ -9,14 +9,17 @@
 - **inflight** (``rollout.staleness`` k ≥ 1): the k batches sampled ahead (``pacs.train.staleness``), at
   most: every row padded to the longest prompt and response (token ids, attention mask and positions in
   int64), the response mask and the behaviour log-probs (fp32), and the completions as pickled (token ids,
-  log-probs and text: ``INFLIGHT_RESPONSE_BYTES`` a response token, measured on the tiny runs' files).
+  log-probs and text): ``INFLIGHT_RESPONSE_BYTES`` a response token.
 
 File headers, the tokenizer and the counters (kilobytes) are not counted.
 """
 
 from pacs.plan.memory import DTYPE_BYTES, critic_params, dims
 
-INFLIGHT_RESPONSE_BYTES = 24  # beyond the padded tensors: mask 1, log-prob 4, pickled ~18 (tiny runs: 23.3-23.8)
+# a response token beyond the padded int64 tensors, at most: response mask 1 and behaviour log-prob 4 (tensors),
+# pickled token id up to 5 and engine log-prob 9 (a Python float), text up to 8 (measured per padded response
+# column on the tiny runs: 22.6 with vllm, 23.3 to 23.8 with hf)
+INFLIGHT_RESPONSE_BYTES = 27
 
 
 def checkpoint_bytes(shape, run: dict, has_critic: bool) -> dict[str, int]:

@@ -6,17 +6,19 @@ updates), taken as it always was.
 With k ≥ 1 on the ranks that train: step t samples step t + k's batch (its prompts and its seed, as an
 on-policy run draws them) with the weights after update t, before its own update, and trains on step t's,
 sampled k steps earlier; step 0 samples steps 0 … k with the starting weights. The last steps sample
-past the run's end as every step does (a preflight's last step is a whole step; the final checkpoint holds
-the k batches an extended run would train on). The loss then knows three
+past the run's end as every step does, so that a preflight's last step and checkpoint are whole ones (k
+batches generated for nothing at the end of a run). The loss then knows three
 policies: the behaviour policy (the engine's log-probs of its samples; for ``hf``, the trainer's forward
 right after sampling, with the weights that sampled), the old policy (the trainer's weights before this
 step's update) and the current one; the truncated importance ratio π_old / π_behaviour
 (``algorithm.options.tis_cap``, required) corrects for the difference.
 
 Each batch carries the update step of the weights that sampled it and their fingerprint (``vllm``: of the
-tensors the engine held, as the last checked push left them; ``hf`` samples from the policy object itself
-and has none). A batch used at step t from other weights than those after update max(0, t − k) stops the
-run with ``StaleRolloutError`` naming the steps (``check_sampled``). At a checkpoint the k batches sampled
+tensors the engine holds readably, as the last checked push left them; ``hf`` samples from the policy object
+itself and has none). A batch used at step t from other weights than those after update max(0, t − k) stops
+the run with ``StaleRolloutError`` naming the updates (``check_sampled``). On these ranks a push that goes
+wrong is stopped before by the push's own check (``pacs.train.rollouts.push_weights``); this check holds the
+queue of batches, saved and resumed, to the schedule. At a checkpoint the k batches sampled
 ahead, with their verdicts, are saved inside it (``inflight_rank{r}.pt``, in its manifest) and loaded on
 resume, never sampled again from newer weights; a resumed ``vllm`` engine is checked against the trainer's
 weights before its first sample.
@@ -65,7 +67,7 @@ def check_sampled(step: int, staleness: int, weights_step: int, fingerprint: str
     if want not in expected or fingerprint != expected[want]:
         raise StaleRolloutError(
             f"step {step}: its rollouts were sampled by weights with fingerprint {fingerprint}, not the trainer's "
-            f"after update {want} ({expected.get(want, 'never recorded')}): a push partial, doubled or missed"
+            f"after update {want} ({expected.get(want, 'never recorded')})"
         )
     return {"rollout/staleness": step - weights_step, "rollout/weights_step": weights_step}
 
@@ -149,16 +151,16 @@ class RolloutSchedule:
                 "fingerprint": self.fingerprint, "expected": dict(self.expected), "ahead": ahead}  # fmt: skip
 
     def load(self, checkpoint: Path, start: int) -> None:
-        path = Path(checkpoint) / f"inflight_rank{self.env.rank}.pt"
+        first, path = Path(checkpoint) / "inflight_rank0.pt", Path(checkpoint) / f"inflight_rank{self.env.rank}.pt"
+        if first.is_file() and (ranks := torch.load(first, weights_only=False)["ranks"]) != self.env.world_size:
+            raise StaleRolloutError(f"{first}: saved by a run of {ranks} ranks, whose batches in flight are their "
+                                    f"shares of each step's prompts; resume it on {ranks} ranks, not "
+                                    f"{self.env.world_size}")  # fmt: skip
         if not path.is_file():
             raise StaleRolloutError(f"{path}: missing; rollout.staleness {self.k} resumes from the batches "
                                     "sampled ahead, which a checkpoint of this run's rank count and staleness "
                                     "holds")  # fmt: skip
         state = torch.load(path, weights_only=False)
-        if state["ranks"] != self.env.world_size:  # each rank's batches are its share of the step's prompts
-            raise StaleRolloutError(f"{path}: saved by a run of {state['ranks']} ranks, whose batches in flight are "
-                                    f"their shares of each step's prompts; resume it on {state['ranks']} ranks, "
-                                    f"not {self.env.world_size}")  # fmt: skip
         want = list(range(start, start + self.k))
         if state["staleness"] != self.k or state["weights_step"] != start or sorted(state["ahead"]) != want:
             raise StaleRolloutError(f"{path}: holds steps {sorted(state['ahead'])} sampled ahead at update "
