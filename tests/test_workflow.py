@@ -605,7 +605,10 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     local = overlay(workdir / "segments.yaml", config)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "SBATCH_PARTITION": "debug", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    # the data and the run's preflight here, outside SLURM: the preflight is one job of its own, which under the
+    # one-minute limit would be timed against the machine's load (it took 63 s once, beside the reference run)
     data = [f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout")]
+    data.append("results/tiny/preflight/tiny_grpo/preflight.json")
     done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", *data,
                            "--configfile", local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
