@@ -248,3 +248,12 @@ def test_vllm_one_step_off_samples_with_the_scheduled_weights_and_resumes_from_i
     assert result.returncode == 0, result.stderr
     assert_bitwise_equal(final_weights(resumed, 3), final_weights(whole, 3))
     assert rewards(resumed) == rewards(whole)
+
+
+def test_a_resumed_engine_holding_other_weights_is_named_as_started_from_the_checkpoint():
+    from pacs.train.rollouts import check_push
+
+    with pytest.raises(StaleRolloutError, match=r"step 3: started from the checkpoint the rollout engine holds other "
+                                                r"weights than the trainer's: 1 of 2 tensors differ: b$"):  # fmt: skip
+        check_push(3, {"a": ((2,), 7), "b": ((2,), 8)}, {"a": 7, "b": 9}, "started from the checkpoint")
+    assert check_push(3, {"a": ((2,), 7)}, {"a": 7, "c": None}) == {"rollout/push_checked_tensors": 1}

@@ -194,12 +194,12 @@ def push_weights(step: int, engine: RolloutEngine, policy: torch.nn.Module, push
     for _ in stream:  # what the engine did not take is fingerprinted too, and gathered on every rank
         pass
     held = engine.weight_fingerprints({name: shape for name, (shape, _) in pushed.items()})
-    what = "after the weight push" if push else "started from the checkpoint"
-    return check_push(step, pushed, held, what), {name: value for name, value in held.items() if value is not None}
+    when = "after the weight push" if push else "started from the checkpoint"
+    return check_push(step, pushed, held, when), {name: value for name, value in held.items() if value is not None}
 
 
 def check_push(step: int, pushed: dict[str, tuple], held: dict[str, int | None],
-               what: str = "after the weight push") -> dict:  # fmt: skip
+               when: str = "after the weight push") -> dict:  # fmt: skip
     """``pushed``: name -> (shape, fingerprint) of what the trainer sent (or holds); ``held``: name -> the
     engine's fingerprint (None: unreadable there). Raises ``StaleRolloutError`` naming what differs."""
     readable = sorted(name for name, value in held.items() if value is not None)
@@ -211,7 +211,7 @@ def check_push(step: int, pushed: dict[str, tuple], held: dict[str, int | None],
     if unknown or differ:
         what = [f"{name} (never pushed)" for name in unknown] + differ
         raise StaleRolloutError(
-            f"step {step}: {what} the rollout engine holds other weights than the trainer's: "
+            f"step {step}: {when} the rollout engine holds other weights than the trainer's: "
             f"{len(what)} of {len(readable)} tensors differ: {', '.join(what[:8])}{' ...' if len(what) > 8 else ''}"
         )
     return {"rollout/push_checked_tensors": len(readable)}
