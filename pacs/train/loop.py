@@ -24,7 +24,7 @@ from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprob
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.memory import phase
-from pacs.train.minibatch import forward_pass, micro_plan, pack_group, sum_scale, update
+from pacs.train.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.prompts import load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
@@ -86,10 +86,7 @@ def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -
     batch["old_logprobs"], entropy = torch.zeros(shape), torch.zeros(shape)
     if fresh < shape[0]:
         rest = {k: v[fresh:] for k, v in batch.items()}
-        batch["old_logprobs"][fresh:], entropy[fresh:] = forward_pass(
-            rest, micro_plan(rest, n, config, env), n, lambda m: token_logprobs(policy, m, temperature, "no_grad", n),
-            device, pack,
-        )  # fmt: skip
+        batch["old_logprobs"][fresh:], entropy[fresh:] = policy_logprobs(rest, config, policy, env)
     plan = micro_plan(batch, n, config, env) if reference is not None or critic is not None else []
     if reference is not None:
         (batch["ref_logprobs"],) = forward_pass(

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from pacs.train.batch import PACKED, Batch, group_slices, pad_columns, trimmed
+from pacs.train.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
@@ -78,6 +78,15 @@ def forward_pass(batch: Batch, plan: list[Micro], n: int, fn, device: str = "cpu
                  pack: int | None = None) -> list[torch.Tensor]:  # fmt: skip
     """``device_pass``, copied to the host once."""
     return [o.cpu() for o in device_pass(batch, plan, n, fn, device, pack)]
+
+
+def policy_logprobs(batch: Batch, config: RunConfig, policy, env: DistEnv) -> list[torch.Tensor]:
+    """The policy's log-probs of the batch's response tokens and its entropy, (B, T) each, without gradients
+    over this rank's no-grad micro-batches: old log-probs, or the behaviour policy's right after sampling."""
+    n, temperature = config.rollout.n, config.rollout.temperature or 1.0
+    return forward_pass(batch, micro_plan(batch, n, config, env), n,
+                        lambda m: token_logprobs(policy, m, temperature, "no_grad", n), env.device,
+                        pack_group(config))  # fmt: skip
 
 
 def accumulate(module, loss_fn, mini: Batch, plan: list[Micro], units, global_units: float, reduction: str, n: int,

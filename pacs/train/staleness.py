@@ -33,11 +33,11 @@ import torch
 
 from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.fingerprint import weights_fingerprint
-from pacs.train.batch import Batch, token_logprobs
+from pacs.train.batch import Batch
 from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv
 from pacs.train.memory import phase
-from pacs.train.minibatch import forward_pass, micro_plan, pack_group
+from pacs.train.minibatch import policy_logprobs
 from pacs.train.rollouts import push_weights, rollout
 
 
@@ -70,16 +70,6 @@ def check_sampled(step: int, staleness: int, weights_step: int, fingerprint: str
             f"after update {want} ({expected.get(want, 'never recorded')})"
         )
     return {"rollout/staleness": step - weights_step, "rollout/weights_step": weights_step}
-
-
-def behaviour_logprobs(batch: Batch, config: RunConfig, policy, env: DistEnv) -> torch.Tensor:
-    """The sampling policy's log-probs of its tokens (B, T) from the trainer's forward, for an engine that
-    reports none (``hf``): called right after sampling, while the policy holds the weights that sampled."""
-    n, temperature = config.rollout.n, config.rollout.temperature or 1.0
-    (logprobs, _) = forward_pass(batch, micro_plan(batch, n, config, env), n,
-                                 lambda m: token_logprobs(policy, m, temperature, "no_grad", n), env.device,
-                                 pack_group(config))  # fmt: skip
-    return logprobs
 
 
 def done(value) -> Future:
@@ -125,7 +115,8 @@ class RolloutSchedule:
                                                self.scorer, release=False)  # fmt: skip
         if "sampler_logprobs" not in batch:
             with phase("no_grad", self.engine):
-                batch["sampler_logprobs"] = behaviour_logprobs(batch, c, self.models.policy_module, env)
+                # the behaviour policy's, from the trainer's forward while it holds the weights that sampled
+                batch["sampler_logprobs"] = policy_logprobs(batch, c, self.models.policy_module, env)[0]
             timer["generate"] = time.perf_counter()
         return Sampled(self.weights_step, self.fingerprint, batch, completions, verdicts)
 
