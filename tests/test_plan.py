@@ -3,9 +3,11 @@ a tiny experiment, the paper's plan, and configs that cannot fit their GPU."""
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -15,6 +17,7 @@ from pacs.cli import main
 from pacs.config import ConfigError
 from pacs.models.shapes import model_config, model_shape
 from pacs.plan.calibration import Calibration
+from pacs.plan.decode import decode_seconds, spread
 from pacs.plan.jobs import format_plan
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
@@ -131,7 +134,12 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
     # the policy takes each prompt once for its 8 responses (trainer.share_prompt): 12 + 8 × 10 tokens a prompt
     update_flops = 3 * forward(32 * 92, 11) + forward(16 * 92, 11)
     assert pacs.flops == pytest.approx(10 * (generate_flops + update_flops))
-    step = (generate_flops / cal.generate_mfu + update_flops / cal.train_mfu) / (cal.peak_flops * 2)
+    # generation: each GPU decodes its 128 responses (mean 10 tokens, at most 16) in vLLM's KV cache, in bf16
+    cache = (int(0.5 * cal.memory_bytes) - PARAMS * 2 - cal.vllm_overhead_bytes) / (2 * 2 * 32 * 2)
+    generate = decode_seconds(dims(model_config("qwen2.5-0.5b", **SHAPE)), PARAMS * 2, 2 * 2 * 32 * 2, 12,
+                              spread(128, 16, 10), cal, capacity_tokens=cache)  # fmt: skip
+    assert 0 < generate < 1
+    step = generate + update_flops / (cal.train_mfu * cal.peak_flops * 2)
     assert pacs.seconds == pytest.approx(cal.startup_s + 10 * step)
     assert pacs.gpu_hours == pytest.approx(pacs.seconds * 2 / 3600)
     assert plan.runtime_minutes("train/m/pacs") == 20  # (600 s + a fraction of a second) × 1.5, up to 10 min
@@ -141,6 +149,11 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
     base = plan.job("evaluate/m/base/step_000000/toy_heldout")  # 10 problems × 8 samples
     assert base.generated_tokens == 10 * 8 * 10
     assert base.flops == pytest.approx(forward(10 * 8 * 10 + 10 * 12, 12 + 5))
+    weights = base.memory["generate"]["weights"]  # transformers (tiny.yaml's engine): 64 prompts' samples at once
+    per_token = weights // PARAMS * 2 * 32 * 2
+    decoded = decode_seconds(dims(model_config("qwen2.5-0.5b", **SHAPE)), weights, per_token, 12,
+                             spread(80, 16, 10), cal, wave=64 * 8)  # fmt: skip
+    assert base.seconds == pytest.approx(cal.startup_s + decoded)
     assert plan.errors == []
 
 
@@ -155,16 +168,22 @@ def test_a_calibration_file_sets_the_constants(tmp_path):
     path = tmp_path / "gpu.json"
     defaults = Calibration()
     path.write_text(json.dumps({"gpu": "test GPU", "memory_bytes": 10**11, "peak_flops": 1e15,
-                                "train_mfu": 2 * defaults.train_mfu, "generate_mfu": 2 * defaults.generate_mfu,
+                                "train_mfu": 2 * defaults.train_mfu,
+                                "decode_efficiency": 2 * defaults.decode_efficiency,
+                                "hbm_bytes_per_s": 1e15 / 989e12 * defaults.hbm_bytes_per_s,
                                 "measured": {"anything": 1}}))  # fmt: skip
     plan = experiment.plan(tiny_config(plan={"calibration": str(path)}))
     job = plan.job("train/m/pacs")
     assert plan.calibration.gpu == "test GPU" and job.memory["generate"]["vllm"] == int(0.5 * 10**11)
-    # twice the efficiency on a GPU of 1e15 / 989e12 the peak
+    # twice the efficiencies on a GPU of 1e15 / 989e12 the peak and the memory bandwidth (the larger KV cache
+    # of its 1e11 bytes changes nothing: every response fits in either)
     ratio = (default.seconds - 600) / (job.seconds - 600)
     assert ratio == pytest.approx(2 * 1e15 / 989e12)
     path.write_text(json.dumps({"train_mfu": 0.5, "typo": 1}))
     with pytest.raises(ValueError, match="typo"):
+        experiment.plan(tiny_config(plan={"calibration": str(path)}))
+    path.write_text(json.dumps({"train_mfu": 0.5, "generate_mfu": 0.2}))  # a file from before the roofline
+    with pytest.raises(ValueError, match="generate_mfu: decoding is priced by its roofline"):
         experiment.plan(tiny_config(plan={"calibration": str(path)}))
 
 
@@ -277,8 +296,10 @@ def test_pacs_bench_gpu_writes_a_calibration_that_the_plan_reads(tmp_path, capsy
     assert update["strategy"] == "fsdp" and update["trainer"]["compute_dtype"] == "bfloat16"
     assert update["planned"]["gathered"] > 0 and 0 < data["train_mfu"] == update["train_mfu"]
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
+    assert re.search(r"memory bandwidth: \d+ GB/s", said.out) and data["hbm_bytes_per_s"] > 0
     plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
     assert plan.calibration.train_mfu == data["train_mfu"] and plan.calibration.peak_flops == 1e12
+    assert plan.calibration.hbm_bytes_per_s == data["hbm_bytes_per_s"] and plan.calibration.max_num_seqs == 256
 
 
 def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatch):
@@ -384,3 +405,68 @@ def test_released_models_are_planned_on_their_own_gpus_and_limo_needs_two_h100s_
     assert not [e for e in two.errors if "/released/" in e] and job.gpus == 2
     assert job.memory["kv_cache"]["weights"] == pytest.approx(limo.memory["kv_cache"]["weights"] / 2, rel=1e-6)
     assert job.seconds < limo.seconds < job.gpu_hours * 3600  # two GPUs: sooner, and more GPU-hours (two start-ups)
+
+
+def test_decoding_is_priced_by_its_roofline():
+    """pacs.plan.decode by hand: memory-bound iterations read the weights and every running sequence's KV
+    cache; compute-bound ones cost their FLOPs; vLLM's cache and max_num_seqs bound the sequences at once, and
+    transformers' calls wait for their longest response."""
+    d = {"layers": 2, "layer_params": 1000, "vocab": 10, "h": 100, "q": 8}  # 2·N = 2 · 3000 FLOPs a token
+    cal = Calibration(hbm_bytes_per_s=1e6, peak_flops=1e9, decode_efficiency=0.5, max_num_seqs=1024)
+    bandwidth, flops = 0.5e6, 0.5e9
+    attention = 4 * 2 * 8  # FLOPs per token of context
+    prefill = (2 * 3000 * 4 + attention * 4 * 4 / 2) / flops  # one 4-token prompt, compute-bound
+    # one sequence of 6 tokens after a 4-token prompt: iteration i reads the weights and 4 + i + 1/2 tokens of KV
+    one = decode_seconds(d, 1000, 10, 4, np.array([6]), cal, capacity_tokens=1e9)
+    assert one == pytest.approx(prefill + sum((1000 + 10 * (4 + i + 0.5)) / bandwidth for i in range(6)))
+    # a cache of room for two sequences' prompts and a token: four sequences run two at a time
+    two = decode_seconds(d, 1000, 10, 4, np.array([6, 6]), cal, capacity_tokens=1e9)
+    waves = decode_seconds(d, 1000, 10, 4, np.array([6] * 4), cal, capacity_tokens=2 * 5 + 4)
+    assert waves == pytest.approx(2 * two)
+    capped = decode_seconds(d, 1000, 10, 4, np.array([6] * 4), Calibration(**{**vars(cal), "max_num_seqs": 2}),
+                            capacity_tokens=1e9)  # fmt: skip
+    assert capped == pytest.approx(2 * two)
+    assert decode_seconds(d, 1000, 10, 4, np.array([6]), cal, capacity_tokens=4) == math.inf  # not one fits
+    # transformers: a call of a 1- and a 6-token response decodes both for 6 iterations; vLLM frees the first
+    hf = decode_seconds(d, 1000, 10, 4, np.array([1, 6]), cal, wave=2)
+    assert hf == pytest.approx(2 * prefill + sum((1000 + 10 * 2 * (4 + i + 0.5)) / bandwidth for i in range(6)))
+    vllm = decode_seconds(d, 1000, 10, 4, np.array([1, 6]), cal, capacity_tokens=1e9)
+    assert vllm == pytest.approx(hf - 10 * sum(4 + i + 0.5 for i in range(1, 6)) / bandwidth)
+    # many sequences on free weights: compute-bound, each iteration 2·N per sequence and its attention
+    many = decode_seconds(d, 0, 0, 4, np.array([1] * 1000), cal, capacity_tokens=1e9)
+    assert many == pytest.approx(1000 * prefill + (1000 * 2 * 3000 + attention * 1000 * 4.5) / flops)
+    # the spread: DeepScaleR's shape around the mean, capped at the maximum, in an order unrelated to length
+    lengths = spread(1000, 4096, 1024)
+    assert lengths.max() <= 4096 and abs(lengths.mean() / 1024 - 1) < 0.01 and lengths[0] != lengths.min()
+    assert spread(1000, 4096, 2048).max() == 4096
+
+
+def test_one_step_off_is_priced_for_each_split_of_a_runs_gpus():
+    """pacs.plan.overlap on the tiny plan's 2-GPU runs: the colocated step, then one generator GPU (vLLM at 0.9
+    of the card) beside one trainer, a step the longer of the two plus the push; the table and its flags."""
+    from pacs.plan.decode import GENERATOR_MEMORY_UTILIZATION
+    from pacs.plan.jobs import Job
+    from pacs.plan.overlap import Split, format_overlap
+
+    plan = experiment.plan(tiny_config())
+    cal, job = plan.calibration, plan.job("train/m/pacs")
+    colocated, split = job.splits
+    assert colocated.generators == 0 and colocated.step_s == pytest.approx(colocated.generate_s + colocated.update_s)
+    assert 10 * colocated.step_s == pytest.approx(job.seconds - cal.startup_s)  # the plan's own step
+    assert split.generators == 1 and split.update_s == pytest.approx(2 * colocated.update_s)  # on one GPU of two
+    d = dims(model_config("qwen2.5-0.5b", **SHAPE))
+    cache = (GENERATOR_MEMORY_UTILIZATION * cal.memory_bytes - PARAMS * 2 - cal.vllm_overhead_bytes) / 256
+    generate = decode_seconds(d, PARAMS * 2, 256, 12, spread(256, 16, 10), cal, capacity_tokens=cache)
+    assert split.generate_s == pytest.approx(generate) and split.push_s == pytest.approx(PARAMS * 2 / 4e10)
+    assert split.step_s == pytest.approx(max(split.generate_s, split.update_s) + split.push_s)
+    assert split.gpu_hours == pytest.approx(2 * (cal.startup_s + 10 * split.step_s) / 3600)
+    shown = format_plan(plan)
+    assert "One step off (rollout.staleness 1)" in shown and "| train/m/pacs | 2 | " in shown
+    # a run whose best split leaves its generators waiting most of the step is flagged; a colocated best is not
+    waits = Job("train", "train/m/x", 4, {}, 0, 0, 0, 0.0)
+    waits.splits = [Split(0, 30, 30, 0, 60, 10), Split(1, 10, 40, 1, 41, 8), Split(2, 5, 60, 1, 61, 12)]
+    lines = format_overlap([waits])
+    assert "| train/m/x | 4 | 60.0 (30.0 + 30.0) | 10 | 1 | 10.0 | 40.0 | 1.00 | 41.0 | 8 | 76%, 2% |" in lines
+    assert lines[-1] == "- train/m/x at g = 1: its generators idle more than half the step (76%, 2%)"
+    waits.splits = waits.splits[:1] + [Split(1, 10, 40, 1, 41, 11)]
+    assert not any(line.startswith("- ") for line in format_overlap([waits]))

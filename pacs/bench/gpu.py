@@ -8,10 +8,13 @@
   LM head over the response tokens, attention over the keys each position reads; recompute not counted)
   per second over the GPU's peak, from the largest shape measured; the peak memory is reported beside the
   plan's estimate of it (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
+- **Memory bandwidth**: a device-to-device copy of 1 GiB (bytes read and written per second), the
+  ``hbm_bytes_per_s`` the plan's decoding roofline reads the weights and KV cache at (``pacs.plan.decode``);
+  ``max_num_seqs`` as vLLM 0.32 sets it for this GPU's memory.
 - **Generation**: transformers' ``generate`` (the GPU machine may have no vLLM), a batch of random prompts,
-  sampling a fixed number of new tokens. Its efficiency is written under ``measured``; ``generate_mfu`` stays
-  the vLLM default, since transformers' generation is several times slower than vLLM's and would not predict
-  the workflow's rollouts or evaluations.
+  sampling a fixed number of new tokens, written under ``measured`` only: transformers' generation is several
+  times slower than vLLM's and would not predict the workflow's rollouts or evaluations, so the roofline's
+  ``decode_efficiency`` stays the default.
 
 It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests), where the figures mean nothing for a GPU.
 """
@@ -61,6 +64,24 @@ def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: in
             "new_tokens": new_tokens, "seconds": seconds, "tokens_per_s": batch * new_tokens / seconds}  # fmt: skip
 
 
+def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
+    """Bytes read and written per second by a device-to-device copy of ``nbytes`` (CUDA, or the CPU's memory)."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    source = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)  # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        target.copy_(source)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return 2 * nbytes * repeats / (time.perf_counter() - start)
+
+
 def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: int, response_length: int,
                   steps: int, generate_batch: int, new_tokens: int, peak_flops: float | None,
                   allow_cpu: bool = False, done: Callable[[dict], None] = lambda calibration: None,
@@ -92,6 +113,11 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
                        "vllm": {}}}  # fmt: skip
     updates, generations = [], []
     default = Calibration()
+    say("memory bandwidth: a device-to-device copy of " + ("1 GiB" if cuda else "64 MiB (CPU)"))
+    bandwidth = copy_bandwidth(2**30 if cuda else 2**26)
+    say(f"memory bandwidth: {bandwidth / 1e9:.0f} GB/s")
+    # vLLM 0.32's LLM class: 1024 sequences at once on GPUs of 70 GB or more but the A100, 256 on others
+    sequences = 1024 if (memory or 0) >= 70 * 2**30 and "A100" not in name.upper() else 256
 
     def calibration() -> dict:
         measured = [u["shape"] for u in updates]
@@ -100,10 +126,12 @@ def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: 
             "memory_bytes": memory or default.memory_bytes,
             "peak_flops": peak,
             "train_mfu": updates[-1]["train_mfu"] if updates else default.train_mfu,
-            "generate_mfu": default.generate_mfu,
-            "generate_engine": "vllm (default; transformers measured below)",
+            "hbm_bytes_per_s": bandwidth,
+            "decode_efficiency": default.decode_efficiency,
+            "max_num_seqs": sequences,
             "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train_mfu of "
-                      f"{measured[-1] if measured else 'no shape (the default)'}; measured {measured}",
+                      f"{measured[-1] if measured else 'no shape (the default)'}; measured {measured}; memory "
+                      "bandwidth of a device copy; decode_efficiency the default",
             "measured": {"updates": updates, "generations_transformers": generations},
         }  # fmt: skip
 

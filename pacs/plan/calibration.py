@@ -15,10 +15,16 @@ the user's GPU and writes a calibration file (JSON, the keys of ``Calibration``)
   hours are priced at it (larger models run larger matrix multiplies at a higher MFU, so their hours are
   likely overestimated; ``pacs bench gpu`` on the user's GPU and shapes replaces it).
   Activation checkpointing's recomputation is inside this efficiency, not in the FLOPs.
-- ``generate_mfu``: the same for generation (2·N per generated or prefilled token, attention added).
-  Default 0.20: vLLM in bf16 generates about 12,500 output tokens/s for an 8B model on one H100, and
-  12,500 × 2 × 8.0e9 / 989e12 = 0.20. Decoding is memory-bound, so small models or few concurrent
-  sequences reach less than this.
+- Decoding (``pacs.plan.decode``: its roofline, not a constant MFU): ``hbm_bytes_per_s``, the GPU's memory
+  bandwidth from the vendor's data sheet (H100 SXM 3.35 TB/s, H200 4.8 TB/s, A100 80GB SXM 2.039 TB/s), or
+  as ``pacs bench gpu`` measures it (a device-to-device copy); ``decode_efficiency`` 0.7, the share of the
+  roofline (bandwidth and peak FLOP/s alike) a decoding iteration reaches, **assumed, not measured here**
+  (the GPU machine has no vLLM): attention and sampling kernels beside the weight reads, the scheduler's
+  gaps; ``max_num_seqs`` 1024, vLLM 0.32's default for its ``LLM`` class on GPUs of 70 GB or more other than
+  the A100 (256 there: ``vllm.engine.arg_utils``).
+- ``push_bytes_per_s``: the weight push from trainers to generator GPUs (one step off, ``pacs plan``'s table
+  of generator counts). Default 40 GB/s, **assumed**: one 400 Gb/s NDR InfiniBand link (50 GB/s) at 80 %, as
+  between nodes; within a node NVLink is several times faster.
 - ``checkpoint_bytes_per_s``: how fast a checkpoint is written and checksummed. Default 500 MB/s, a guess for
   a shared parallel file system under load; a preflight measures it.
 """
@@ -32,10 +38,16 @@ GIB = 2**30
 
 # memory as torch reports it (total_memory) and dense bf16 peak FLOP/s from the vendors' data sheets
 GPUS = {
-    "h100": {"name": "NVIDIA H100 80GB (SXM)", "memory_bytes": int(79.2 * GIB), "peak_flops": 989e12},
-    "h200": {"name": "NVIDIA H200 141GB", "memory_bytes": int(139.8 * GIB), "peak_flops": 989e12},
-    "a100": {"name": "NVIDIA A100 80GB", "memory_bytes": int(79.2 * GIB), "peak_flops": 312e12},
+    "h100": {"name": "NVIDIA H100 80GB (SXM)", "memory_bytes": int(79.2 * GIB), "peak_flops": 989e12,
+             "hbm_bytes_per_s": 3.35e12, "max_num_seqs": 1024},
+    "h200": {"name": "NVIDIA H200 141GB", "memory_bytes": int(139.8 * GIB), "peak_flops": 989e12,
+             "hbm_bytes_per_s": 4.8e12, "max_num_seqs": 1024},
+    "a100": {"name": "NVIDIA A100 80GB", "memory_bytes": int(79.2 * GIB), "peak_flops": 312e12,
+             "hbm_bytes_per_s": 2.039e12, "max_num_seqs": 256},
 }
+# keys of calibration files from before decoding was priced by its roofline
+RETIRED = {"generate_mfu": "decoding is priced by its roofline now (hbm_bytes_per_s, decode_efficiency)",
+           "generate_engine": "decoding is priced by its roofline now"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -44,8 +56,10 @@ class Calibration:
     memory_bytes: int = GPUS["h100"]["memory_bytes"]  # per GPU
     peak_flops: float = GPUS["h100"]["peak_flops"]  # dense bf16, per GPU
     train_mfu: float = 0.186  # measured at 1.5B on an H100 (above)
-    generate_mfu: float = 0.20
-    generate_engine: str = "vllm"  # what generate_mfu was measured with (transformers is slower than vLLM)
+    hbm_bytes_per_s: float = GPUS["h100"]["hbm_bytes_per_s"]  # per GPU (data sheet, or pacs bench gpu)
+    decode_efficiency: float = 0.7  # share of the decoding roofline reached (assumed)
+    max_num_seqs: int = GPUS["h100"]["max_num_seqs"]  # vLLM's sequences at once
+    push_bytes_per_s: float = 4e10  # trainers to generators (assumed: one NDR InfiniBand link)
     # CUDA context, NCCL buffers and allocator fragmentation, per GPU, on top of what the plan counts
     overhead_bytes: int = 2 * GIB
     # vLLM's own memory beside weights and KV cache (activations while profiling, CUDA graphs)
@@ -65,6 +79,10 @@ def load_calibration(path: Path | None, gpu: str | None) -> Calibration:
             raise FileNotFoundError(f"calibration file {path} does not exist; write it with pacs bench gpu")
         data = json.loads(path.read_text())
         known = {f.name for f in dataclasses.fields(Calibration)}
+        retired = sorted(set(data) & set(RETIRED))
+        if retired:
+            raise ValueError(f"{path}: {', '.join(retired)}: {RETIRED[retired[0]]}; write the file again with "
+                             "pacs bench gpu, or delete the key")  # fmt: skip
         unknown = sorted(set(data) - known - {"measured"})
         if unknown:
             raise ValueError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
@@ -74,4 +92,5 @@ def load_calibration(path: Path | None, gpu: str | None) -> Calibration:
     if gpu not in GPUS:
         raise ValueError(f"plan.gpu: {gpu!r} is not one of {sorted(GPUS)}")
     spec = GPUS[gpu]
-    return Calibration(gpu=spec["name"], memory_bytes=spec["memory_bytes"], peak_flops=spec["peak_flops"])
+    return Calibration(gpu=spec["name"], memory_bytes=spec["memory_bytes"], peak_flops=spec["peak_flops"],
+                       hbm_bytes_per_s=spec["hbm_bytes_per_s"], max_num_seqs=spec["max_num_seqs"])

@@ -7,11 +7,13 @@ Tokens come from the config (batch, n, steps, problems × n) and two assumed mea
 (``plan.mean_response_length``, default half of each job's maximum). FLOPs: 2·N per token in a forward
 (N: the parameters that multiply, the LM head included, the input embedding not), three forwards' worth for
 a forward and backward, plus attention, 4·q·c per token and layer for c tokens of context (half the
-sequence on average under the causal mask). A step is its generation FLOPs at ``generate_mfu`` and its
-update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
+sequence on average under the causal mask). A step is its generation, priced by the decoding roofline
+(``pacs.plan.decode``: each GPU generating its share of the step's responses, which wait for the longest), and
+its update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
 ``epochs`` updates) at ``train_mfu``, on all the job's GPUs (with ``trainer.share_prompt`` the policy and
 reference take each prompt once for its n responses, the critic every row whole); a job adds ``startup_s``;
-its runtime is that times ``plan.runtime_margin``, rounded up to 10 minutes.
+its runtime is that times ``plan.runtime_margin``, rounded up to 10 minutes. An evaluation is its decoding
+alone, each engine (``tensor_parallel_size`` GPUs) taking its share of the problems' samples.
 """
 
 import math
@@ -21,8 +23,10 @@ from pacs.algorithms import get_objective
 from pacs.config import ConfigError, from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
+from pacs.plan.decode import decode_seconds, generation_seconds, spread
 from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
-from pacs.plan.memory import PHASES, dims, evaluation_memory, training_memory
+from pacs.plan.memory import DTYPE_BYTES, PHASES, dims, evaluation_memory, training_memory
+from pacs.plan.overlap import format_overlap, splits
 
 # DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
 # the instruction and about 30 for the chat template
@@ -69,6 +73,8 @@ class Job:
     # training with gradient checkpointing: the fewest decoder layers that must recompute for the update to fit
     # (trainer.checkpoint_layers), and the model's layers; None: it does not fit even with every layer
     recompute_layers: tuple[int | None, int] | None = None
+    # training on 2 GPUs or more: the colocated step, then each split into generator and trainer GPUs
+    splits: list = field(default_factory=list)
 
     @property
     def peak_bytes(self) -> int:
@@ -152,17 +158,21 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
         job.recompute_layers = (fewest_recomputed_layers(shape, run, gpus, "ref_logprobs" in needs, critic, cal),
                                 d["layers"])  # fmt: skip
 
-    def modeled(generate: float, update: float) -> float:  # seconds of one step
-        return (generate / cal.generate_mfu + update / cal.train_mfu) / (cal.peak_flops * max(gpus, 1))
+    def modeled(mean: float) -> float:  # seconds of one step, responses of mean length ``mean``
+        update = step_flops(d, run, needs, critic, prompt, round(mean))[1]
+        return (generation_seconds(d, run, gpus, memory, cal, prompt, mean)
+                + update / (cal.train_mfu * cal.peak_flops * max(gpus, 1)))  # fmt: skip
 
-    longest = modeled(*step_flops(d, run, needs, critic, prompt, r["max_response_length"]))
+    longest = modeled(r["max_response_length"])
     if measured:
         job.startup_s, job.checkpoint_s = measured["startup_s"], measured["checkpoint_s"]
         job.seconds_longest = job.startup_s + steps * measured["step_s"]
-        job.seconds = job.startup_s + steps * measured["step_s"] * modeled(generate, update) / longest
+        job.seconds = job.startup_s + steps * measured["step_s"] * modeled(response) / longest
     elif gpus:
-        job.seconds = cal.startup_s + steps * modeled(generate, update)
+        job.seconds = cal.startup_s + steps * modeled(response)
         job.seconds_longest = cal.startup_s + steps * longest
+    if gpus >= 2:
+        job.splits = splits(d, run, gpus, memory, cal, prompt, response, update, startup_seconds(job, cal))
     return job
 
 
@@ -188,7 +198,19 @@ def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int,
     flops = forward_flops(d, generated + problems * prompt, prompt + response / 2)
     job = Job("evaluate", name, gpus, memory, generated, 0, 0, flops)
     if gpus:
-        job.seconds = cal.startup_s + flops / (cal.generate_mfu * cal.peak_flops * gpus)
+        b = 2 if settings_["dtype"] == "auto" else DTYPE_BYTES[settings_["dtype"]]
+        tp = settings_["vllm"]["tensor_parallel_size"]
+        engines = max(gpus // tp, 1)
+        samples = math.ceil(problems * settings_["n"] / engines)
+        lengths = spread(samples, settings_["max_tokens"], response)
+        weights, per_token = d["params"] * b / tp, d["kv_bytes_per_token_fp"] * b / tp
+        if settings_["engine"] == "hf":
+            wave = settings_.get("prompt_batch_size", 64) * settings_["n"]
+            seconds = decode_seconds(d, weights, per_token, prompt, lengths, cal, wave=wave, split=tp)
+        else:
+            cache = memory["kv_cache"]["cache"] / per_token
+            seconds = decode_seconds(d, weights, per_token, prompt, lengths, cal, capacity_tokens=cache, split=tp)
+        job.seconds = cal.startup_s + seconds
     return job
 
 
@@ -343,8 +365,9 @@ def format_plan(plan: Plan) -> str:
     """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
     margin = plan.settings.runtime_margin
     cal = plan.calibration
-    lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s; train MFU "
-             f"{cal.train_mfu:.2f}, generation MFU {cal.generate_mfu:.2f} ({cal.generate_engine}); {cal.source}",
+    lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
+             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {cal.train_mfu:.2f}, decoding at "
+             f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
              "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
              "GPU-hours | runtime (min) | segments | disk peak (GB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -368,6 +391,7 @@ def format_plan(plan: Plan) -> str:
               "", f"Disk: checkpoints peak at {_gb(plan.disk_bytes)} if every run trains at once, and "
               f"{_gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
               + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
+    lines += format_overlap(plan.jobs)
     measured = [j.name for j in plan.jobs if j.startup_s is not None]
     if measured:
         lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "

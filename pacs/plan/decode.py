@@ -1,0 +1,115 @@
+"""Decoding priced by its roofline, sequence by sequence, as vLLM schedules it.
+
+Each decoding iteration reads the engine's weights once and the KV cache of every sequence running, and
+computes 2·N FLOPs per running sequence plus its attention (4·q·c per layer for a context of c tokens): its
+time is the larger of those bytes over the GPU's memory bandwidth (``hbm_bytes_per_s``) and those FLOPs over
+its peak (``peak_flops``), each at the share of the roofline decoding reaches (``decode_efficiency``).
+Memory-bound with few sequences, compute-bound with many. vLLM admits waiting sequences while its KV cache
+has room for their prompt and next tokens and fewer than ``max_num_seqs`` run (continuous batching);
+transformers' ``generate`` runs ``prompt_batch_size × n`` sequences at once and each call lasts until its
+longest response. A prompt's prefill is compute-bound. Either way a step waits for its longest response.
+
+Response lengths spread as the DeepScaleR reference solutions' do (``pacs.bench.lengths``: the shape of a
+training set's answer lengths), scaled to the plan's mean and capped at the maximum. The simulation advances
+in strides of 1/128 of the longest response (lengths rounded up to whole strides), so a plan with many jobs
+stays fast.
+"""
+
+import math
+
+import numpy as np
+
+from pacs.bench.lengths import DEEPSCALER_QUANTILES
+from pacs.plan.memory import DTYPE_BYTES
+
+# a generator GPU's vLLM share of the card: vLLM's default gpu_memory_utilization (it holds no training state)
+GENERATOR_MEMORY_UTILIZATION = 0.9
+STRIDES = 128  # a response's longest length is simulated in this many strides
+SHAPE_MEAN = float(np.mean(np.interp(np.linspace(0, 1, 10_001), np.linspace(0, 1, len(DEEPSCALER_QUANTILES)),
+                                     DEEPSCALER_QUANTILES)))  # fmt: skip
+
+
+def spread(count: int, maximum: int, mean: float) -> np.ndarray:
+    """``count`` response lengths spread as DeepScaleR's answers are, with mean near ``mean`` (capped at
+    ``maximum``), in a fixed arrival order unrelated to their lengths."""
+    shares = np.interp((np.arange(count) + 0.5) / count, np.linspace(0, 1, len(DEEPSCALER_QUANTILES)),
+                       DEEPSCALER_QUANTILES)  # fmt: skip
+    lengths = np.clip(np.round(shares * mean / SHAPE_MEAN), 1, maximum).astype(np.int64)
+    return lengths[np.random.default_rng(0).permutation(count)]
+
+
+def decode_seconds(d: dict, weight_bytes: float, kv_token_bytes: float, prompt: int, lengths: np.ndarray,
+                   cal, capacity_tokens: float | None = None, wave: int | None = None,
+                   split: int = 1) -> float:  # fmt: skip
+    """Seconds for one GPU to generate ``lengths`` (one response each) to ``prompt``-token prompts.
+
+    ``d``: the model's dims (``pacs.plan.memory.dims``); ``weight_bytes`` and ``kv_token_bytes``: what one
+    engine holds of the weights and per token of KV cache, over its ``split`` GPUs (tensor parallel, which also
+    splits the FLOPs). vLLM: ``capacity_tokens`` of KV cache and ``cal.max_num_seqs``; transformers: ``wave``
+    sequences at a time, each wave until its longest (``capacity_tokens`` None). inf when not one fits."""
+    count = len(lengths)
+    if count == 0:
+        return 0.0
+    stride = max(1, math.ceil(int(lengths.max()) / STRIDES))
+    todo = np.ceil(lengths / stride).astype(np.int64) * stride  # tokens each sequence generates
+    matmul = (d["layers"] * d["layer_params"] + d["vocab"] * d["h"]) / split
+    attention = 4 * d["layers"] * d["q"] / split  # FLOPs per token of context
+    bandwidth = cal.hbm_bytes_per_s * cal.decode_efficiency
+    flops = cal.peak_flops * cal.decode_efficiency
+    prefill = (2 * matmul * prompt + attention * prompt * prompt / 2) / flops  # seconds per prompt
+    seconds, waiting = 0.0, 0
+    done = np.zeros(0, dtype=np.int64)  # tokens generated so far, per running sequence
+    left = np.zeros(0, dtype=np.int64)  # tokens still to generate, per running sequence
+    while waiting < count or len(left):
+        if capacity_tokens is None:  # transformers: the next wave once the last has ended
+            if not len(left):
+                admit = min(wave or count, count - waiting)
+            else:
+                admit = 0
+        else:  # vLLM: while the cache holds every running sequence's next stride, and the new prompts'
+            held = float(np.sum(prompt + done + stride))
+            room = count if math.isinf(capacity_tokens) else int((capacity_tokens - held) // (prompt + stride))
+            admit = max(0, min(count - waiting, cal.max_num_seqs - len(left), room))
+            if admit == 0 and not len(left):
+                return math.inf
+        if admit:
+            done = np.concatenate([done, np.zeros(admit, dtype=np.int64)])
+            left = np.concatenate([left, todo[waiting:waiting + admit]])
+            seconds += admit * prefill
+            waiting += admit
+        steps = int(left[left > 0].min()) if capacity_tokens is None else int(left.min())
+        steps = min(steps, stride)
+        running = len(left) if capacity_tokens is None else int(np.sum(left > 0))
+        context = float(np.sum(prompt + done + steps / 2))  # mean context of each iteration, summed
+        read = weight_bytes + kv_token_bytes * context
+        computed = 2 * matmul * running + attention * context
+        seconds += steps * max(read / bandwidth, computed / flops)
+        done, left = done + steps, left - steps
+        if capacity_tokens is None:
+            if not np.any(left > 0):  # transformers: the wave ends with its longest
+                done, left = done[:0], left[:0]
+        else:
+            keep = left > 0
+            done, left = done[keep], left[keep]
+    return seconds
+
+
+def generation_seconds(d: dict, run: dict, gpus: int, memory: dict, cal, prompt: int, mean: float,
+                       generators: int = 0) -> float:  # fmt: skip
+    """Seconds of one step's generation: each of the job's GPUs (or of its ``generators`` GPUs, which hold
+    only the engine, at ``GENERATOR_MEMORY_UTILIZATION`` of the card) generating its share of the step's
+    responses, their lengths spread around ``mean`` (every one at the maximum when ``mean`` is it)."""
+    t, r = run["trainer"], run["rollout"]
+    engines = generators or max(gpus, 1)
+    share = math.ceil(t["batch_size"] * r["n"] / engines)
+    longest = r["max_response_length"]
+    lengths = spread(share, longest, mean) if mean < longest else np.full(share, longest)
+    b = DTYPE_BYTES[t["compute_dtype"] or run["model"]["dtype"]]
+    weights, per_token = d["params"] * b, d["kv_bytes_per_token_fp"] * b
+    if r["engine"] != "vllm":  # transformers: prompt_batch_size prompts' samples at once, each call to its longest
+        return decode_seconds(d, weights, per_token, prompt, lengths, cal, wave=r["prompt_batch_size"] * r["n"])
+    if generators:
+        cache = GENERATOR_MEMORY_UTILIZATION * cal.memory_bytes - weights - cal.vllm_overhead_bytes
+    else:
+        cache = memory["kv_cache"]["cache"] if gpus else math.inf  # a CPU's: not what bounds it
+    return decode_seconds(d, weights, per_token, prompt, lengths, cal, capacity_tokens=cache / per_token)
