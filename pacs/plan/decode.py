@@ -84,10 +84,7 @@ def _decode_seconds(d: dict, weight_bytes: float, kv_token_bytes: float, prompt:
     left = np.zeros(0, dtype=np.int64)  # tokens still to generate, per running sequence
     while waiting < count or len(left):
         if capacity_tokens is None:  # transformers: the next wave once the last has ended
-            if not len(left):
-                admit = min(wave or count, count - waiting)
-            else:
-                admit = 0
+            admit = 0 if len(left) else min(wave or count, count - waiting)
         else:  # vLLM: while the cache holds every running sequence's next stride, and the new prompts'
             held = float(np.sum(prompt + done + stride))
             room = count if math.isinf(capacity_tokens) else int((capacity_tokens - held) // (prompt + stride))
@@ -101,7 +98,7 @@ def _decode_seconds(d: dict, weight_bytes: float, kv_token_bytes: float, prompt:
             waiting += admit
         steps = int(left[left > 0].min()) if capacity_tokens is None else int(left.min())
         steps = min(steps, stride)
-        running = len(left) if capacity_tokens is None else int(np.sum(left > 0))
+        running = len(left)  # transformers decodes a wave's finished sequences too; vLLM holds none
         context = float(np.sum(prompt + done + steps / 2))  # mean context of each iteration, summed
         read = weight_bytes + kv_token_bytes * context
         computed = 2 * matmul * running + attention * context
