@@ -67,6 +67,7 @@ class VLLMRolloutOptions(VLLMOptions):
     """The training engine's options: it shares each GPU with the trainer's models and optimizer."""
 
     gpu_memory_utilization: float = 0.5  # of the card, the trainer's share excluded (verl's default)
+    generator_memory_utilization: float = 0.9  # a generator rank's engine, alone on its card (rollout.generator_ranks)
     sleep_level: Literal[0, 1, 2] = 2  # GPU: free the engine's memory while the trainer updates (1: weights
     # to CPU RAM, KV cache dropped; 2: both dropped; 0: keep); the weights are pushed again on wake,
     # whatever the level. No effect on CPU, where vLLM cannot sleep.

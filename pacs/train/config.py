@@ -55,12 +55,17 @@ class RolloutConfig:
     # step t trains on rollouts sampled by the weights after update max(0, t - staleness) (pacs.train.staleness);
     # 0: on-policy, each step samples with the weights it updates
     staleness: int = 0
+    # the job's last generator_ranks ranks only generate and score, the others train (pacs.train.generators); 0:
+    # every rank generates and trains
+    generator_ranks: int = 0
 
     def __post_init__(self):
         if self.max_logprob_gap is not None and self.max_logprob_gap <= 0:
             raise ValueError(f"rollout.max_logprob_gap must be > 0 or null, got {self.max_logprob_gap}")
         if self.staleness < 0:
             raise ValueError(f"rollout.staleness must be an integer >= 0, got {self.staleness}")
+        if self.generator_ranks < 0:
+            raise ValueError(f"rollout.generator_ranks must be an integer >= 0, got {self.generator_ranks}")
         if self.vllm.tensor_parallel_size != 1:
             raise ValueError(
                 "rollout.vllm.tensor_parallel_size must be 1 (one engine per rank), "

@@ -9,7 +9,7 @@ joins a process group of its own, so that it computes in ``trainer.compute_dtype
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -24,6 +24,8 @@ class DistEnv:
     world_size: int = 1
     device: str = "cpu"  # where models and micro-batches go: cuda:LOCAL_RANK on a GPU node
     local_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
+    # beside generator ranks (rollout.generator_ranks), this rank's place among them (pacs.train.generators.Role)
+    role: object = field(default=None, compare=False, repr=False)
 
     @property
     def main(self) -> bool:
@@ -34,17 +36,18 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool = False,
-                     local_size: int = 1) -> DistEnv:  # fmt: skip
+def init_distributed(rank: int, world_size: int, local_rank: int = 0, fsdp: bool = False, local_size: int = 1,
+                     store=None) -> DistEnv:  # fmt: skip
     """Join the process group torchrun set up (with ``fsdp`` and one process, make one of its own): gloo on
-    CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors the loop reduces (counts, metrics)."""
+    CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors the loop reduces (counts, metrics).
+    ``store``: the group's own (the trainers' beside generator ranks), not the whole job's."""
     device = "cpu"
     if torch.cuda.is_available():
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
     if (world_size > 1 or fsdp) and not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if device != "cpu" else "gloo"
-        alone = {"store": dist.HashStore()} if world_size == 1 else {}  # needs no torchrun rendezvous
+        alone = {"store": store if store is not None else dist.HashStore()} if world_size == 1 or store else {}
         dist.init_process_group(backend, rank=rank, world_size=world_size, **alone)
     return DistEnv(rank, world_size, device, local_size)
 

@@ -53,9 +53,16 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
     from pacs.train.loop import train
 
     config = load_run_config(config_path)
-    env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                           int(os.environ.get("LOCAL_RANK", 0)), fsdp=config.trainer.strategy == "fsdp",
-                           local_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # fmt: skip
+    if config.rollout.generator_ranks:  # the job's last ranks generate for the others (pacs.train.generators)
+        from pacs.train.generators import join, serve
+
+        env = join(config)
+        if env.role.generator is not None:
+            return serve(config, env)
+    else:
+        env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                               int(os.environ.get("LOCAL_RANK", 0)), fsdp=config.trainer.strategy == "fsdp",
+                               local_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # fmt: skip
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)

@@ -23,12 +23,13 @@ from pacs.train import retention
 from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
+from pacs.train.generators import schedule
 from pacs.train.memory import phase
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.prompts import load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
-from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, push_weights, take_rewards
+from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
 from pacs.train.segments import JobOptions, Segment
 from pacs.train.staleness import RolloutSchedule
 from pacs.verify import VerifierPool
@@ -175,9 +176,7 @@ def train_step(step: int, config: RunConfig, models: Models, rollouts: RolloutSc
     gap = logprob_gap(batch, env)
     check_logprob_gap(step + 1, gap, config.rollout.max_logprob_gap)
     record.update(gap)
-    pushed, held = push_weights(step + 1, engine, models.policy)  # a collective under fsdp; then checked
-    rollouts.updated(step + 1, held)
-    record.update(pushed)
+    record.update(rollouts.push(step + 1, models.policy))  # a collective under fsdp; then checked
     timer["weight_push"] = time.perf_counter()
 
     record.update(rollout_stats(batch, completions, verdicts, rollouts.prompts.task, config.rollout.n, env))
@@ -260,7 +259,7 @@ def train(
         Segment(out, env, config.checkpoint.stop_margin, job) as segment,
     ):
         segment.begin(start)
-        rollouts = RolloutSchedule(config, engine, models, prompts, pool, scorer, env, start, resume)
+        rollouts = schedule(config, engine, models, prompts, pool, scorer, env, start, resume)
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,
                   "verifier/workers": workers, **evaluate(0)})  # fmt: skip

@@ -35,7 +35,7 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
     the module spreading the policy over ranks (``PolicyScorer``, wrapped)."""
     stops = stop_token_ids(policy.generation_config, tokenizer)
     r = config.rollout
-    if r.engine == "hf":
+    if r.engine == "hf" or r.generator_ranks:  # beside generator ranks, the trainers sample only to evaluate
         return hf_engine(policy, tokenizer, stops, r.prompt_batch_size, root)
     from pacs.rollout.vllm import VLLMEngine
 
@@ -104,17 +104,8 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     n = config.rollout.n
     mine = step_prompts(step, config, len(prompts.token_ids), env)
     token_ids = [prompts.token_ids[i] for i in mine]
-    params = SamplingParams(
-        n=n,
-        temperature=config.rollout.temperature,
-        top_p=config.rollout.top_p,
-        max_tokens=config.rollout.max_response_length,
-        seed=rollout_seed(config.trainer.seed, step, env.rank),
-        logprobs=True,
-        ignore_eos=config.rollout.ignore_eos,
-    )
     with phase("generate", engine):  # the engine awake beside the trainer's state, before it sleeps
-        completions = engine.generate(token_ids, params)
+        completions = engine.generate(token_ids, sampling_params(step, config, env.rank))
     timer["generate"] = time.perf_counter()
     if release:
         engine.release_memory()
@@ -125,6 +116,15 @@ def rollout(step: int, config: RunConfig, engine: RolloutEngine, prompts, pool, 
     if sampled is not None:  # the distribution each token was drawn from: the gap, and rollout correction
         batch["sampler_logprobs"] = sampled
     return batch, completions, verdicts
+
+
+def sampling_params(step: int, config: RunConfig, rank: int) -> SamplingParams:
+    """How step ``step`` samples on ``rank`` (a training rank, or a generator's index): with the engine's
+    log-probs, and a block of seeds of its own."""
+    r = config.rollout
+    return SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_response_length,
+                          seed=rollout_seed(config.trainer.seed, step, rank), logprobs=True,
+                          ignore_eos=r.ignore_eos)  # fmt: skip
 
 
 def take_rewards(batch: Batch, verdicts: Future) -> list:

@@ -120,6 +120,13 @@ class RolloutSchedule:
             timer["generate"] = time.perf_counter()
         return Sampled(self.weights_step, self.fingerprint, batch, completions, verdicts)
 
+    def push(self, step: int, policy) -> dict:
+        """After update ``step``: its weights into the engine, checked there tensor by tensor (a collective
+        under fsdp). Returns the record."""
+        pushed, held = push_weights(step, self.engine, policy)
+        self.updated(step, held)
+        return pushed
+
     def updated(self, step: int, held: dict[str, int]) -> None:
         """After update ``step``, its weights pushed and checked: the engine holds ``held`` (name ->
         fingerprint of each tensor it holds readably, equal to the trainer's; {} for hf)."""
