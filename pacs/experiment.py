@@ -157,9 +157,15 @@ def run_config(config: dict, model: str, method: str) -> dict:
         c["data"]["chat_template_kwargs"] = data["chat_template_kwargs"]
     c["logging"] = {**c.get("logging", {}), "run_name": f"{config['name']}-{model}-{method}"}
     try:
-        return to_dict(resolve(c))
+        run = to_dict(resolve(c))
     except ConfigError as e:
         raise ConfigError(f"config: train / models.{model}.train / methods.{method} (run {model}/{method}): {e}") from e
+    ranks = int((config.get("resources", {}).get("train") or {}).get("gpu") or 1)  # the training job's ranks
+    generators = run["rollout"]["generator_ranks"]
+    if generators >= ranks:  # the job's GPUs are the trainers' and the generators' together
+        raise ConfigError(f"config: run {model}/{method}: rollout.generator_ranks {generators} leaves none of the "
+                          f"training job's {ranks} rank(s) (resources.train.gpu) to train")  # fmt: skip
+    return run
 
 
 def trains(config: dict, model: str, method: str, spec: dict | None = None) -> bool:

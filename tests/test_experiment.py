@@ -74,6 +74,13 @@ def test_a_model_overrides_train_and_a_method_overrides_the_model():
     config["models"]["tiny"]["train"] = {"trainer": {"total_stps": 60}}
     with pytest.raises(ConfigError, match=r"models\.tiny\.train .*total_stps"):
         experiment.run_configs(config)
+    # generator ranks are GPUs of the training job's own: some must be left to train
+    config["models"]["tiny"]["train"] = {"rollout": {"generator_ranks": 2}}  # on policy, as allowed
+    with pytest.raises(ConfigError, match=r"run tiny/\w+: rollout.generator_ranks 2 leaves none of the training "
+                                          r"job's 2 rank\(s\) \(resources.train.gpu\) to train"):  # fmt: skip
+        experiment.run_configs(experiment.merged(config, {"resources": {"train": {"gpu": 2}}}))
+    runs = experiment.run_configs(experiment.merged(config, {"resources": {"train": {"gpu": 3}}}))
+    assert runs[("tiny", "pacs")]["rollout"]["generator_ranks"] == 2
 
 
 def test_the_checkpoints_each_benchmark_evaluates():

@@ -343,9 +343,36 @@ def cmd_bench_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_overlap(what) -> None:
+    bo = what.add_parser("overlap", help="one step off: a generator rank beside a trainer rank, seconds per part")
+    bo.add_argument("--model", type=Path, default=Path("results/tiny/model"), help="from `pacs tiny-model`")
+    bo.add_argument("--data", type=Path, default=Path("results/tiny/data"), help="from `pacs toy-data`")
+    bo.add_argument("--steps", type=int, default=8)
+    bo.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"], help="the generator's")
+    bo.add_argument("--staleness", type=int, default=1)
+    bo.add_argument("--max-response-length", type=int, default=64, help="new tokens per sample")
+    bo.add_argument("--out", type=Path, default=Path("results/bench/overlap.json"))
+    bo.set_defaults(func=cmd_bench_overlap)
+
+
+def cmd_bench_overlap(args: argparse.Namespace) -> int:
+    from pacs.bench.overlap import PARTS, run_overlap_bench
+
+    report = run_overlap_bench(args.model, args.data, args.steps, args.engines, args.staleness,
+                               args.max_response_length)  # fmt: skip
+    atomic_write_json(args.out, report)
+    print("| engine | " + " | ".join(PARTS) + " |")
+    print("|---" * (len(PARTS) + 1) + "|")
+    for engine, r in report["results"].items():
+        print(f"| {engine} | " + " | ".join(f"{r['mean'][p]:.3f}" for p in PARTS) + " |")
+    print("seconds per step, means over the steps after the first; model: max(generate + verify, old_logprobs + "
+          f"update) + push\nwrote {args.out}")  # fmt: skip
+    return 0
+
+
 def add_parser(verbs) -> None:
     bench = verbs.add_parser("bench", help="speed measurements, written under results/bench/")
     what = bench.add_subparsers(dest="what", required=True)
     for add in (_add_verifier, _add_code, _add_train, _add_memory, _add_update, _add_generate, _add_gpu,
-                _add_eval):  # fmt: skip
+                _add_eval, _add_overlap):  # fmt: skip
         add(what)

@@ -22,9 +22,10 @@ import numpy as np
 
 from pacs.bench.lengths import DEEPSCALER_QUANTILES
 from pacs.plan.memory import DTYPE_BYTES
+from pacs.rollout.vllm import VLLMRolloutOptions
 
-# a generator GPU's vLLM share of the card: vLLM's default gpu_memory_utilization (it holds no training state)
-GENERATOR_MEMORY_UTILIZATION = 0.9
+# a generator GPU's vLLM share of the card (vLLM's own default: it holds no training state), as the run's engine
+GENERATOR_MEMORY_UTILIZATION = VLLMRolloutOptions.generator_memory_utilization
 STRIDES = 128  # a response's longest length is simulated in this many strides
 WAVES = 8  # sequences simulated: at most this many times those that run at once
 SHAPE_MEAN = float(np.mean(np.interp(np.linspace(0, 1, 10_001), np.linspace(0, 1, len(DEEPSCALER_QUANTILES)),

@@ -45,6 +45,7 @@ from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
 from pacs.train.batch import rollout_batch
 from pacs.train.config import RunConfig, compute_dtype
 from pacs.train.distributed import DistEnv, init_distributed
+from pacs.train.records import own_peaks
 from pacs.train.rollouts import check_push, policy_weights, rank_share, sampled_logprobs, step_rows
 from pacs.train.staleness import RolloutSchedule, Sampled, check_sampled, done
 
@@ -156,6 +157,7 @@ class RemoteRollouts(RolloutSchedule):
         self.received = start - 1 + (self.k if start else 0)  # the last step whose batch is here
         self.waited = 0.0  # seconds the trainers waited for the generators since the last step's record
         self.generated: dict = {}  # the generators' own seconds of the last batch received
+        self.generator_memory: dict = {}  # the largest generator's peaks so far, GB
         if self.role.link is not None:
             for j in range(self.role.generators):
                 self.role.link.send({"start": start, "weights": str(resume or config.model.path)}, 1 + j)
@@ -175,7 +177,8 @@ class RemoteRollouts(RolloutSchedule):
         """After update ``step``: the batch sampled meanwhile, then the new weights to the generators, checked.
         Returns the record."""
         self.through(step - 1 + self.k)  # the batch sampled while the trainers updated (k >= 1)
-        record = {"time/wait_generators": self.waited, **{f"time/generator_{k}": v for k, v in self.generated.items()}}
+        record = {"time/wait_generators": self.waited, **{f"time/generator_{k}": v for k, v in self.generated.items()},
+                  **{f"memory/generator_peak_{k}_gb": v for k, v in self.generator_memory.items()}}  # fmt: skip
         self.waited = 0.0
         digest, record["rollout/push_checked_tensors"] = self.check(step, push=True, policy=policy)
         self.updated_to(step, digest)
@@ -208,6 +211,9 @@ class RemoteRollouts(RolloutSchedule):
             check_sampled(step, self.k, part["weights_step"], part["fingerprint"], self.expected)
             by_row.update(zip(part["rows"], zip(part["completions"], part["verdicts"], strict=True), strict=True))
         self.generated = first["seconds"]
+        self.generator_memory = {
+            k: max(part["memory"].get(k, 0.0) for part in message["parts"]) for k in first["memory"]
+        }
         mine = step_prompts_of(step, self.config, len(self.prompts.token_ids), self.env)
         completions = [by_row[i][0] for i in mine]
         verdicts = [v for i in mine for v in by_row[i][1]]
@@ -411,6 +417,7 @@ def serve(config: RunConfig, env: DistEnv) -> int:
             part = sample(s, config, generator.engine, prompts, pool, role.generator, role.generators)
             part.update(generator=role.generator, weights_step=generator.held, fingerprint=generator.fingerprint())
             part["seconds"]["idle"] = time.perf_counter() - waited - sum(part["seconds"].values())
+            part["memory"] = {k: v for k, v in own_peaks().items() if k in ("rss", "gpu", "device")}
             finish(pending)
             pending = generator.link.send(part, 0, BATCHES, wait=False)  # a push may come first: the trainers take it
         while generator.held < total:  # the last updates' pushes, checked as every other
