@@ -3,6 +3,7 @@ one step off. Each batch is sampled by the scheduled weights (recomputed from th
 wrong is stopped and named, a killed job (or a generator killed alone) resumes bitwise, and a generator issues
 no collective of the trainers'."""
 
+import contextlib
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from transformers import AutoModelForCausalLM
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import token_logprobs
 from pacs.train.logprobs import PolicyScorer
+from pacs.train.segments import EXIT_STOPPED
 
 STEPS = 4
 
@@ -36,8 +38,10 @@ def launch(config: Path, out: Path, ranks: int, patch: str = "") -> list[str]:
     """torchrun of ``ranks`` ranks on this machine, each applying ``patch`` before ``pacs train``."""
     out.mkdir(parents=True, exist_ok=True)
     script = out.parent / f"{out.name}_train.py"
-    script.write_text(f"import sys\n{patch}\nif __name__ == '__main__':\n    from pacs.cli import main\n\n"
-                      "    sys.exit(main(['train', *sys.argv[1:]]))\n")  # the verifier's workers import it again
+    script.write_text(
+        f"import sys\n{patch}\nif __name__ == '__main__':\n    from pacs.cli import main\n\n"
+        "    sys.exit(main(['train', *sys.argv[1:]]))\n"
+    )  # the verifier's workers import it again
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), str(script),
             "--config", str(config), "--out", str(out)]  # fmt: skip
 
@@ -135,6 +139,33 @@ def test_a_killed_job_and_a_generator_killed_alone_resume_bitwise(beside, tmp_pa
     assert done.returncode == 0, done.stderr[-4000:]
     assert_bitwise_equal(final_weights(alone, STEPS), final_weights(whole, STEPS))
     assert rewards(alone) == rewards(whole)
+
+
+def test_two_steps_off_stopped_by_the_segment_signal_resumes_bitwise(tiny_model, toy_data, tmp_path):
+    """Staleness 2 beside a generator: SLURM's warning signal (SIGUSR1, to every process of the job) stops the
+    trainers after the step, saved with its two batches in flight, while the generator samples on; the job
+    exits as stopped, and the next attempt ends bitwise where a run never stopped does."""
+    config = beside_config(tmp_path / "run.yaml", tiny_model, toy_data, rollout={"staleness": 2})
+    whole, out = tmp_path / "whole", tmp_path / "stopped"
+    assert train(config, whole).returncode == 0
+    assert [r["rollout/weights_step"] for r in read_metrics(whole / "metrics.jsonl")[1:]] == [0, 0, 0, 1]
+    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out),
+               "--nproc-per-node", "2"]  # fmt: skip
+    process = subprocess.Popen(command, env=environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
+        assert process.poll() is None, "the run ended before its first step was logged"
+        time.sleep(0.05)
+    for pid in [process.pid, *descendants(process.pid)]:
+        with contextlib.suppress(ProcessLookupError):  # a verifier worker ended meanwhile
+            os.kill(pid, signal.SIGUSR1)
+    assert process.wait(timeout=300) == EXIT_STOPPED
+    step = ckpt.latest_checkpoint(out / "checkpoints")[0]
+    state = torch.load(ckpt.checkpoint_dir(out / "checkpoints", step) / "inflight_rank0.pt", weights_only=False)
+    assert step < STEPS and sorted(state["ahead"]) == [step, step + 1]
+    assert subprocess.run([*command, "--attempt", "2"], env=environ(), capture_output=True).returncode == 0
+    assert_bitwise_equal(final_weights(out, STEPS), final_weights(whole, STEPS))
+    assert rewards(out) == rewards(whole)
 
 
 PUSH_FAULTS = {  # what the patch does on every rank -> what the run must say

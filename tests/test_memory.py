@@ -12,7 +12,7 @@ from test_plan import REPO, tiny_config
 from pacs import experiment
 from pacs.plan.memory import PHASES
 from pacs.train.memory import PhaseMemory, reset_resident_peak, resident_peak
-from pacs.train.preflight import PreflightError, check_memory, memory_table
+from pacs.train.preflight import PreflightError, check_generator_memory, check_memory, memory_table
 
 MB = 10**6
 BUFFER = 300 * MB
@@ -100,6 +100,13 @@ def test_the_preflight_checks_each_phase_against_the_device_and_names_the_one_ov
     assert f"{biggest} {update[biggest] / 1e9:.3g} GB" in message  # its largest parts, from the plan
     assert f"(the plan estimated {sum(update.values()) / 1e9:.3g} GB)" in message
     assert "train (or methods.pacs.train).trainer." in message
+    # beside generator ranks, the largest generator's peak (its batches carry it) against the device too
+    assert check_generator_memory(spec, {}) is None
+    assert check_generator_memory(spec, {"rss": 1.0, "device": 0.5 * limit / 1e9}) == pytest.approx(0.5 * limit)
+    with pytest.raises(PreflightError, match=rf"a generator rank peaked at {1.2 * limit / 1e9:.3g} GB in use on its "
+                                             r"GPU .* lower train \(or methods.pacs.train\).rollout.vllm."
+                                             "generator_memory_utilization"):  # fmt: skip
+        check_generator_memory(spec, {"rss": 1.0, "device": 1.2 * limit / 1e9})
 
 
 def test_the_plan_counts_the_phases_the_trainer_measures():

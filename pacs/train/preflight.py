@@ -16,7 +16,8 @@ In ``DIR``:
    step pays for warm-up and the optimizer's state; the last one is the run's worst-case step. Each rank's
    peak memory in each phase of a step (``pacs.train.memory``: on a GPU the device's use, the CUDA context,
    NCCL and vLLM awake included, a sleeping vLLM's pool not; else the process's resident peak) is checked
-   against ``memory.limit``.
+   against ``memory.limit``; beside generator ranks (``rollout.generator_ranks``), the largest generator's
+   peak too.
 2. The checkpoint read back: every file against the sizes and SHA-256 of its manifest, as a resume checks it.
 3. ``eval/``: one evaluation chunk (``chunk_problems`` problems) of that checkpoint with the benchmark's
    settings, by ``pacs evaluate``.
@@ -112,6 +113,22 @@ def check_memory(spec: dict, peaks: list[dict]) -> list[dict[str, float]]:
     return used
 
 
+def check_generator_memory(spec: dict, peaks: dict) -> float | None:
+    """The largest generator rank's bytes (``memory/generator_peak_*`` of the run's last step, GB: the device's
+    use on a GPU, else the resident peak), None without generator ranks; an error when it exceeds the device."""
+    if not peaks:
+        return None
+    used, limit = peaks.get("device", peaks["rss"]) * 1e9, spec["memory"]["limit"]
+    if limit is not None and used > limit:
+        where = "in use on its GPU" if "device" in peaks else "resident (the process)"
+        longest = spec["run"]["rollout"]["max_response_length"]
+        raise PreflightError(f"{spec['name']}: a generator rank peaked at {_gb(used)} {where} with every response "
+                             f"at {longest} tokens, more than the {_gb(limit)} of a {spec['memory']['device']}; lower "
+                             f"{spec['keys']}.rollout.vllm.generator_memory_utilization (or "
+                             "rollout.max_response_length)")  # fmt: skip
+    return used
+
+
 def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
     """Train the preflight's steps with the job's own launcher; the measurements of its records."""
     config = out / "run.yaml"
@@ -138,7 +155,9 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
         "steps": [{k: v for k, v in s.items() if k.startswith(("time/", "throughput/")) or k == "step"} for s in steps],
         "tokens_per_s": last["throughput/tokens_per_s"],
         "checkpoint_s": stop["checkpoint_s"],
-        "peaks": stop["peak_gb"],
+        "peaks": stop["peak_gb"],  # the trainers'; the generators' come with each batch
+        "generator_peaks": {k.removeprefix("memory/generator_peak_").removesuffix("_gb"): v for k, v in last.items()
+                            if k.startswith("memory/generator_peak_")},  # fmt: skip
         "logprob_gap_first_step": {k: steps[0][k] for k in steps[0] if k.startswith("rollout/logprob_gap")},
         "run_dir": str(run_dir),
     }
@@ -187,6 +206,7 @@ def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
     train = run_training(spec, out, launcher)
     used = check_memory(spec, train["peaks"])
     result = {"name": spec["name"], "runs": spec["runs"], **train, "phase_bytes": used,
+              "generator_peak_bytes": check_generator_memory(spec, train["generator_peaks"]),
               "device_peak_bytes": [max(u.values(), default=0.0) for u in used],
               "plan_peak_bytes": spec["memory"]["plan"],
               "plan_phase_bytes": {p: sum(spec["memory"].get(p, {}).values()) for p in PHASES},
@@ -233,6 +253,9 @@ def format_preflight(r: dict) -> str:
               f"- checkpoint: {_gb(r['checkpoint_bytes'])} written in {r['checkpoint_s']:.1f} s, read back against "
               f"its manifest in {r['read_back_s']:.1f} s",
               f"- sampler/trainer log-prob gap at step 1: {gap or 'none (hf samples from the policy itself)'}"]
+    if r.get("generator_peak_bytes") is not None:
+        lines.append(f"- generator ranks: the largest peaked at {_gb(r['generator_peak_bytes'])} (the device's use on "
+                     "a GPU, else the process's resident peak)")  # fmt: skip
     if r["eval"]:
         e = r["eval"]
         lines.append(f"- evaluation chunk ({e['benchmark']}): {e['samples']} samples, engine start "
