@@ -113,10 +113,12 @@ def join(config: RunConfig) -> DistEnv:
         env = init_distributed(rank, trainers, local_rank, fsdp=config.trainer.strategy == "fsdp",
                                local_size=local_size, store=dist.PrefixStore("trainers", store))  # fmt: skip
         device = env.device
-    else:
+    else:  # a generator sees its own GPU alone, before CUDA starts: vLLM's engine of one process takes cuda:0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[local_rank] if visible else str(local_rank)
         env, device = DistEnv(0, 1, "cpu", local_size), "cpu"
         if torch.cuda.is_available():
-            device = f"cuda:{local_rank}"
+            device = "cuda:0"
             torch.cuda.set_device(device)
     link = None
     if rank == 0 or rank >= trainers:
