@@ -374,7 +374,9 @@ class Generator:
             self.held = update
         else:
             self.manifest = message["check"]
-        self.link.send({"error": error} if error else {"held": self.engine.weight_fingerprints(self.manifest)}, 0)
+        held = {} if error else self.engine.weight_fingerprints(self.manifest)
+        self.digest = weights_fingerprint({name: value for name, value in held.items() if value is not None})
+        self.link.send({"error": error} if error else {"held": held}, 0)
         if error:
             raise StaleRolloutError(f"generator {self.role.generator}: {error}")
 
@@ -390,8 +392,8 @@ class Generator:
             yield name, tensor
 
     def fingerprint(self) -> str:
-        held = self.engine.weight_fingerprints(self.manifest)
-        return weights_fingerprint({name: value for name, value in held.items() if value is not None})
+        """The digest of what the engine held at its last check: the weights it samples with until the next push."""
+        return self.digest
 
 
 def serve(config: RunConfig, env: DistEnv) -> int:
