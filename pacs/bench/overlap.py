@@ -25,7 +25,7 @@ def step_parts(record: dict) -> dict:
         "update": record["time/update"] + record["time/score"],  # the verdicts are here: nothing to wait for
         "push": record["time/weight_push"] - wait,
         "idle_generator": record["time/generator_idle"],
-        "idle_trainer": wait + record["time/generate"],  # for a batch not yet sampled (k = 0: at the step's start)
+        "idle_trainer": wait,  # for batches not yet sampled (k = 0: at the step's start too)
         "step": record["time/step"],
     }
     sides = max(parts["generate"] + parts["verify"], parts["old_logprobs"] + parts["update"])

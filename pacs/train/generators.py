@@ -20,9 +20,9 @@ the verifier's verdicts, the update and fingerprint of its weights. Trainer 0 de
 every prompt's group whole. The batches in flight live on the trainers, so a checkpoint holds them
 (``pacs.train.staleness``); steps past the run's end are sampled as the colocated schedule does.
 
-What goes wrong is named: a push not applied, applied in part, or applied twice (the generator's fingerprints
-against the trainers'), a batch sampled before its push (``check_sampled``), a push out of sequence (the header's
-update against the generator's); each stops the run with ``StaleRolloutError``. A generator ignores SIGTERM and
+What goes wrong is named: a push not applied or applied in part (the generator's fingerprints against the
+trainers'), a push sent twice or out of sequence (the header's update against the generator's), a batch sampled
+before its push (``check_sampled``); each stops the run with ``StaleRolloutError``. A generator ignores SIGTERM and
 SIGUSR1: the trainers stop at a segment's end, saving, and the job's end takes the generators with it.
 """
 
@@ -157,7 +157,7 @@ class RemoteRollouts(RolloutSchedule):
         self.expected: dict[int, str | None] = {}
         self.ahead: dict[int, Sampled] = {}
         self.received = start - 1 + (self.k if start else 0)  # the last step whose batch is here
-        self.waited = 0.0  # seconds the trainers waited for the generators since the last step's record
+        self.waited = 0.0  # seconds the trainers waited for batches since the last step's record (k = 0: at its start)
         self.generated: dict = {}  # the generators' own seconds of the last batch received
         self.generator_memory: dict = {}  # the largest generator's peaks so far, GB
         if self.role.link is not None:
