@@ -46,7 +46,7 @@ from pacs.train.batch import rollout_batch
 from pacs.train.config import RunConfig, compute_dtype
 from pacs.train.distributed import DistEnv, init_distributed
 from pacs.train.records import own_peaks
-from pacs.train.rollouts import check_push, policy_weights, rank_share, sampled_logprobs, step_rows
+from pacs.train.rollouts import check_push, engine_options, policy_weights, sampled_logprobs, step_prompts, step_rows
 from pacs.train.staleness import RolloutSchedule, Sampled, check_sampled, done
 
 LINK_TIMEOUT = datetime.timedelta(hours=6)  # a trainer waits on the link for a generator's whole batch
@@ -55,10 +55,8 @@ CONTROL, BATCHES = 0, 1  # the link's channels: starts, checks, pushes and repli
 
 @dataclass
 class Link:
-    """Trainer 0 and the generators (module docstring): ``rank`` 0 is trainer 0, 1 + j generator j."""
+    """Trainer 0 and the generators (module docstring): link rank 0 is trainer 0, 1 + j generator j."""
 
-    rank: int
-    size: int
     control: object  # ProcessGroupGloo
     weights: object  # ProcessGroupNCCL on GPUs, else ``control``
     device: str
@@ -68,9 +66,11 @@ class Link:
         at once what to ``finish`` later (the sent tensors stay referenced there until then)."""
         data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).clone()
         size = torch.tensor([data.numel()], dtype=torch.int64)
-        works = [(self.control.send([size], dst, 2 * channel), size), (self.control.send([data], dst, 2 * channel + 1),
-                                                                       data)]  # fmt: skip
-        return [] if wait and finish(works) is None else works
+        works = [(self.control.send([tensor], dst, 2 * channel + i), tensor) for i, tensor in enumerate((size, data))]
+        if wait:
+            finish(works)
+            return []
+        return works
 
     def recv(self, src: int, channel: int = CONTROL):
         size = torch.zeros(1, dtype=torch.int64)
@@ -129,7 +129,7 @@ def join(config: RunConfig) -> DistEnv:
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = LINK_TIMEOUT
             weights = dist.ProcessGroupNCCL(dist.PrefixStore("link-weights", store), at, g + 1, options)
-        link = Link(at, g + 1, control, weights, device)
+        link = Link(control, weights, device)
     return replace(env, device=device, role=Role(rank - trainers if rank >= trainers else None, g, link))
 
 
@@ -216,7 +216,7 @@ class RemoteRollouts(RolloutSchedule):
         self.generator_memory = {
             k: max(part["memory"].get(k, 0.0) for part in message["parts"]) for k in first["memory"]
         }
-        mine = step_prompts_of(step, self.config, len(self.prompts.token_ids), self.env)
+        mine = step_prompts(step, self.config, len(self.prompts.token_ids), self.env)
         completions = [by_row[i][0] for i in mine]
         verdicts = [v for i in mine for v in by_row[i][1]]
         batch = rollout_batch([self.prompts.token_ids[i] for i in mine], completions, self.pad)
@@ -232,9 +232,11 @@ class RemoteRollouts(RolloutSchedule):
             for j in range(self.role.generators):
                 link.send({"push": step}, 1 + j)
         for name, tensor in policy_weights(self.models.policy if policy is None else policy):
+            if link is None:  # a collective under fsdp: every trainer gathers, trainer 0 alone checks and sends
+                continue
             tensor = tensor.to(self.dtype)
             pushed[name] = (tuple(tensor.shape), fingerprint(tensor))
-            if push and link is not None:
+            if push:
                 link.broadcast(tensor.to(link.device).contiguous())
         digest, checked = None, 0
         if link is not None:
@@ -264,17 +266,6 @@ class RemoteRollouts(RolloutSchedule):
             dist.broadcast_object_list(box, src=0)
             digest, checked = box[0]
         return digest, checked
-
-    def updated_to(self, step: int, digest: str) -> None:
-        self.weights_step, self.fingerprint = step, digest
-        self.expected[step] = digest
-        for s in [s for s in self.expected if s < step - self.k]:
-            del self.expected[s]
-
-
-def step_prompts_of(step: int, config: RunConfig, num_prompts: int, env: DistEnv) -> np.ndarray:
-    t = config.trainer
-    return rank_share(step_rows(step, num_prompts, t.batch_size, t.seed, config.data.shuffle), t.mini_batch_size, env)
 
 
 # --- the generators' side ----------------------------------------------------------------------------------------
@@ -327,17 +318,13 @@ def generator_engine(config: RunConfig, weights: str, device: str, generators: i
     r = config.rollout
     if r.engine == "hf":
         return OwnPolicy(config, weights, device)
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from pacs.rollout.base import derived_seed
     from pacs.rollout.vllm import VLLMEngine
 
-    options = replace(r.vllm, sleep_level=0, gpu_memory_utilization=r.vllm.generator_memory_utilization)
-    if options.max_model_len is None:
-        longest = AutoConfig.from_pretrained(weights).max_position_embeddings
-        options = replace(options, max_model_len=min(config.data.max_prompt_length + r.max_response_length, longest))
-    from transformers import AutoTokenizer, GenerationConfig
-
+    alone = replace(r.vllm, sleep_level=0, gpu_memory_utilization=r.vllm.generator_memory_utilization)
+    options = engine_options(config, alone, AutoConfig.from_pretrained(weights).max_position_embeddings)
     try:
         generation = GenerationConfig.from_pretrained(weights)
     except OSError:

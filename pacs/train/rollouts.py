@@ -39,14 +39,20 @@ def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldou
         return hf_engine(policy, tokenizer, stops, r.prompt_batch_size, root)
     from pacs.rollout.vllm import VLLMEngine
 
-    options = r.vllm
-    if options.max_model_len is None:  # what the run's longest prompt and response need, within the model's reach
-        longest = min(config.data.max_prompt_length + r.max_response_length, policy.config.max_position_embeddings)
-        options = replace(options, max_model_len=longest)
+    options = engine_options(config, r.vllm, policy.config.max_position_embeddings)
     per_rank = max(config.trainer.batch_size * r.n, heldout_prompts) // env.world_size + 1
     seed = derived_seed(config.trainer.seed, env.rank)
     # sample in the dtype the trainer computes in
     return VLLMEngine(str(start), stops, seed, compute_dtype(config), per_rank, options, in_process=True)
+
+
+def engine_options(config: RunConfig, options, positions: int):
+    """The vLLM options with ``max_model_len`` set, when null, to what the run's longest prompt and response
+    need, within the model's reach (``positions``)."""
+    if options.max_model_len is not None:
+        return options
+    r = config.rollout
+    return replace(options, max_model_len=min(config.data.max_prompt_length + r.max_response_length, positions))
 
 
 def hf_engine(policy, tokenizer, stops: list[int], prompt_batch_size: int, root: torch.nn.Module | None):

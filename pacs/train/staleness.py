@@ -130,10 +130,13 @@ class RolloutSchedule:
     def updated(self, step: int, held: dict[str, int]) -> None:
         """After update ``step``, its weights pushed and checked: the engine holds ``held`` (name ->
         fingerprint of each tensor it holds readably, equal to the trainer's; {} for hf)."""
-        if not self.k:
-            return
-        self.weights_step, self.fingerprint = step, weights_fingerprint(held) if held else None
-        self.expected[step] = self.fingerprint
+        if self.k:
+            self.updated_to(step, weights_fingerprint(held) if held else None)
+
+    def updated_to(self, step: int, digest: str | None) -> None:
+        """The engine samples with the weights after update ``step`` from now on, of digest ``digest``."""
+        self.weights_step, self.fingerprint = step, digest
+        self.expected[step] = digest
         for s in [s for s in self.expected if s < step - self.k]:
             del self.expected[s]
 
