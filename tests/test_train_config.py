@@ -97,8 +97,65 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
             spread(scorer_of(model, trainer), trainer, DistEnv())
     with pytest.raises(ConfigError, match="trainer.attention_autotune .* needs trainer.pack_sequences true"):
         resolve({**MINIMAL, "trainer": {"attention_autotune": True, "pack_sequences": False}})
+    with pytest.raises(ConfigError, match="trainer.compile and trainer.liger_kernels cannot both be on"):
+        resolve({**MINIMAL, "trainer": {"compile": True, "liger_kernels": True}})
     params = [torch.nn.Parameter(torch.zeros(2))]
     assert adamw(params, 1e-3, OptimConfig(), "cpu").defaults["fused"] is None  # torch's default on a CPU
     assert adamw(params, 1e-3, OptimConfig(), "cuda:0").defaults["fused"] is True
     assert adamw(params, 1e-3, OptimConfig(fused=False), "cuda:0").defaults["fused"] is None
     assert adamw(params, 1e-3, OptimConfig(fused=True), "cpu").defaults["fused"] is True
+
+
+def _kernel_of(module: torch.nn.Module) -> tuple:
+    """The function a module's forward runs and the settings it reads: what Liger patches on an instance (its
+    forward and attributes) or builds from its own class."""
+    settings = ("variance_epsilon", "offset", "casting_mode", "in_place", "row_mode")
+    forward = module.forward.__func__
+    return f"{forward.__module__}.{forward.__qualname__}", *(getattr(module, k, None) for k in settings)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_model, tmp_path, monkeypatch):
+    """``trainer.liger_kernels`` on the models pacs train builds (``load_models``): the policy is patched after it
+    is built, the reference and the critic are built after Liger replaced the family's classes, and each is
+    patched again. Every RMSNorm (Qwen3's q_norm and k_norm too) and MLP of the three runs Liger's forward with the
+    same settings, and the family's rotary embedding is Liger's. Liger's patching runs on a CPU, its kernels do
+    not: the device check is lifted here, and transformers' modules are restored after the test."""
+    import importlib
+
+    from helpers import qwen3_like
+
+    from pacs.algorithms import get_objective
+    from pacs.train import models as train_models
+    from pacs.train.distributed import DistEnv
+
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    prefix = family.capitalize()
+    for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
+        monkeypatch.setattr(modeling, name, getattr(modeling, name))  # restored after the test
+    monkeypatch.setattr(train_models, "check_device", lambda trainer, device: None)
+    path = qwen3_like(raw_tiny_model, tmp_path / "qwen3") if family == "qwen3" else raw_tiny_model
+    built = {}
+    algorithms = {"pacs": {"name": "pacs", "options": {"reward_proxy": "reference"}}, "ppo": {"name": "ppo"}}
+    for algorithm, section in algorithms.items():  # PACS v2's reference, PPO's critic
+        config = resolve({**MINIMAL, "algorithm": section, "model": {"path": str(path)},
+                          "trainer": {"liger_kernels": True}})  # fmt: skip
+        objective = get_objective(algorithm)
+        loaded = train_models.load_models(config, objective, objective.needs(objective_config(config)), None,
+                                          DistEnv())  # fmt: skip
+        built[f"{algorithm} policy"] = loaded.policy
+        if loaded.reference is not None:
+            built["reference"] = loaded.reference.model
+        if loaded.critic is not None:
+            built["critic"] = loaded.critic
+    assert set(built) == {"pacs policy", "ppo policy", "reference", "critic"}
+    patched = {}
+    for name, model in built.items():
+        modules = {k: m for k, m in model.base_model.named_modules() if k.endswith(("norm", "layernorm", "mlp"))}
+        patched[name] = {k: _kernel_of(m) for k, m in modules.items()}
+        norms = [k for k in modules if k.endswith("norm")]
+        assert len(norms) == (4 if family == "qwen3" else 2) * len(model.base_model.layers) + 1, name
+        for module, (forward, *_) in patched[name].items():
+            assert forward.startswith("liger_kernel."), (name, module, forward)
+    assert all(kernels == patched["pacs policy"] for kernels in patched.values()), patched
+    assert modeling.apply_rotary_pos_emb.__module__.startswith("liger_kernel")

@@ -151,6 +151,13 @@ class TrainerConfig:
         if self.attention_autotune and not self.pack_sequences:
             raise ValueError("trainer.attention_autotune tunes the packed rows' FlexAttention: it needs "
                              "trainer.pack_sequences true")  # fmt: skip
+        if self.compile and self.liger_kernels:
+            # Dynamo fails tracing Liger's autograd functions inside a compiled layer (seen on an H200, torch 2.11,
+            # liger-kernel 0.8.5: an AssertionError in overwrite_tensor_vt_proxy at LigerRMSNormFunction.apply,
+            # Qwen2 and Qwen3 alike)
+            raise ValueError("trainer.compile and trainer.liger_kernels cannot both be on: Dynamo does not trace "
+                             "Liger's kernels inside a compiled layer; choose one (both fuse the norms, RoPE and "
+                             "SwiGLU)")  # fmt: skip
         if self.compile and self.share_prompt and not self.pack_sequences:
             # padded rows share the prompt through a KV cache that each layer calls with its own layer_idx:
             # Dynamo specializes on it and compiles every layer anew, past its recompile limit on deep models

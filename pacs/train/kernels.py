@@ -2,8 +2,12 @@
 
 - ``trainer.liger_kernels``: Liger's Triton RMSNorm, SwiGLU and rotary-embedding kernels in the decoder layers
   (what verl's ``use_liger`` applies under FSDP2), in place of transformers' element-wise chains, which run in
-  forward, recompute and backward. Liger patches the instances it is given and, for the rotary embedding,
-  the model family's module in transformers: every model of that family in the process then uses it.
+  forward, recompute and backward. Liger patches the instances it is given (every RMSNorm of the model, Qwen3's
+  ``q_norm``/``k_norm`` included from liger-kernel 0.8.5, and every MLP) and, process-wide, the model family's
+  module in transformers: its ``apply_rotary_pos_emb``, its RMSNorm class and its MLP class. Every model of that
+  family built later in the process (a reference, a critic, an evaluation's model) is then built from Liger's
+  modules; the trainer passes each of its models here all the same (``pacs.train.models.spread``), so the policy,
+  the reference and the critic compute alike. Not with ``trainer.compile`` (refused: ``TrainerConfig``).
 - ``trainer.attention_autotune``: the packed rows' FlexAttention compiled with autotuning, its backward
   included (``pacs.train.varlen``).
 - ``optim.fused``: AdamW's fused CUDA kernel (one launch per parameter group) instead of its multi-tensor
@@ -15,6 +19,7 @@ On a CPU the reference path stays: a key that needs CUDA is an error there, nami
 import torch
 
 CUDA_ONLY = ("liger_kernels", "attention_autotune")  # trainer keys
+LIGER_RELEASE = (0, 8, 5)  # the first that patches every norm of a Qwen3 instance
 
 
 def check_device(trainer, device: str) -> None:
@@ -32,6 +37,13 @@ def use_liger_kernels(model: torch.nn.Module) -> None:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN, _apply_liger_kernel_to_instance
     except ImportError as e:
         raise ImportError(f"trainer.liger_kernels needs the liger-kernel package (pip install -e '.[gpu]'): {e}") from e
+    from importlib.metadata import version
+
+    found, need = version("liger-kernel"), ".".join(map(str, LIGER_RELEASE))
+    if tuple(int(x) for x in found.split(".")[:3] if x.isdigit()) < LIGER_RELEASE:
+        raise ImportError(f"trainer.liger_kernels needs liger-kernel >= {need} (before it Qwen3's q_norm and k_norm "
+                          f"stay transformers' in a patched model, while models built later get Liger's); found "
+                          f"{found}: pip install -U 'liger-kernel>={need}'")  # fmt: skip
     family = model.config.model_type
     if family not in MODEL_TYPE_TO_APPLY_LIGER_FN:
         raise ValueError(f"trainer.liger_kernels: Liger has no kernels for {family} models: set it false")
