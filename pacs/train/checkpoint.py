@@ -104,15 +104,41 @@ def load_resume_state(path: Path, optimizers: dict, masters: dict) -> None:
         set_optimizer_state_dict,
     )
 
+    flags = {k: kernel_flags(o) for k, (_, o) in optimizers.items()}
     state = {k: get_optimizer_state_dict(m, o) for k, (m, o) in optimizers.items()}
     state.update({k: _own_weights(m, get_model_state_dict(m)) for k, m in masters.items()})
     dcp.load(state, checkpoint_id=path / "resume")
     for k, (m, o) in optimizers.items():
         set_optimizer_state_dict(m, o, state[k])
+        set_kernel_flags(o, flags[k])  # load_state_dict took the saved groups' flags: this run's config chooses
     for k, m in masters.items():
         missing = set_model_state_dict(m, state[k], options=StateDictOptions(strict=False)).missing_keys
         if set(missing) - _tied_names(m):
             raise RuntimeError(f"{path / 'resume'}: no master weights for {sorted(set(missing) - _tied_names(m))}")
+
+
+# The param-group keys that choose how torch's Adam/AdamW steps (which kernels), not what it computes
+KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
+
+
+def kernel_flags(optimizer) -> list[dict]:
+    """Each param group's implementation flags (``KERNEL_FLAGS``), as the optimizer was built with them."""
+    return [{k: g[k] for k in KERNEL_FLAGS if k in g} for g in optimizer.param_groups]
+
+
+def set_kernel_flags(optimizer, flags: list[dict]) -> None:
+    """Give each param group the implementation flags ``flags`` (``kernel_flags``: those the run's config built
+    it with), which ``Optimizer.load_state_dict`` replaced by the checkpoint's, and each state's ``step`` the
+    place those kernels keep it in (``Adam.__setstate__``), not the one the checkpoint's flags chose: fp32 on the
+    parameter's device for the fused or capturable kernels, which read it there; on the CPU for the others, which
+    read it as a number (on a GPU, a wait for the device per parameter and step)."""
+    for group, own in zip(optimizer.param_groups, flags, strict=True):
+        group.update(own)
+        on_device = group.get("fused") or group.get("capturable")
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if torch.is_tensor(step):
+                optimizer.state[p]["step"] = step.to(p.device, torch.float32) if on_device else step.cpu()
 
 
 def _tied_names(module) -> set[str]:
