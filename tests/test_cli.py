@@ -131,44 +131,140 @@ def test_bench_update_measures_padded_and_packed_rows_on_ragged_lengths(tmp_path
 
 def test_the_profile_sums_each_kernel_the_device_ran_once_by_family(tmp_path):
     """A trace as torch.profiler exports it on a GPU, with the kernel names an H100 ran (cuBLAS's nvjet GEMMs,
-    FlexAttention's Triton templates and Inductor's kernels beside them, AdamW's multi-tensor kernels): each
-    kernel, copy and memset counted once in its family; the operators that launched them, annotation ranges and
-    host-side events not at all."""
-    from pacs.bench.profile import device_activities, families_of
+    FlexAttention's Triton templates and Inductor's kernels beside them, casts, FSDP2's copies, NCCL's collectives,
+    AdamW's multi-tensor kernels): each kernel, copy and memset counted once in its family; the operators that
+    launched them, annotation ranges and host-side events not at all. A kernel launched inside FSDP2's ranges is
+    FSDP's, inside ``Optimizer.step`` the optimizer's, a collective communication wherever it was launched; ranges
+    count on the thread that opened them only (FSDP's post-backward runs on autograd's)."""
+    from pacs.bench.profile import device_timeline, families_of
 
-    device = [("kernel", "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NNT", "matmul"),
-              ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "matmul"),
-              ("kernel", "cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32_bf16_bf16", "matmul"),
-              ("kernel", "triton_tem_fused_flex_attention_0", "attention"),
-              ("kernel", "triton_tem_fused_flex_attention_backward_1", "attention"),
-              ("kernel", "triton_red_fused_mul_sum_0", "element-wise"),
-              ("kernel", "triton_poi_fused__to_copy_add_mul_pow_rsqrt_0", "element-wise"),
-              ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>", "element-wise"),
-              ("kernel", "void at::native::multi_tensor_apply_kernel<at::native::TensorListMetadata<4>, "
-                         "at::native::FusedAdamMathFunctor<float, 4>>", "optimizer"),
-              ("kernel", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "softmax/logsumexp"),
-              ("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "collectives"),
-              ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "copy/index"),
-              ("gpu_memset", "Memset (Device)", "copy/index")]  # fmt: skip
+    mta = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    direct_copy = ("at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
+                   "{lambda()#7}::operator()() const::{lambda(float)#1}")  # fmt: skip
+    divide = (mta + "TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, "
+              "std::divides<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<1>, ...)")  # fmt: skip
+    gather, reduce = "FSDP::all_gather (layers.0)", "FSDP::post_backward_reduce (layers.0)"
+    step = "Optimizer.step#AdamW.step"
+    device = [
+        ("kernel", "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NNT", "matmul", ""),
+        ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "matmul", ""),
+        ("kernel", "cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32_bf16_bf16", "matmul", ""),
+        ("kernel", "triton_tem_fused_flex_attention_0", "attention", ""),
+        ("kernel", "triton_tem_fused_flex_attention_backward_1", "attention", ""),
+        ("kernel", "triton_red_fused_mul_sum_0", "element-wise", ""),
+        ("kernel", "triton_poi_fused__to_copy_add_mul_pow_rsqrt_0", "element-wise", ""),
+        ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel>", "element-wise", ""),
+        # casts: bf16 to fp32 (the dtypes cast in the loads and stores), fp32 to bf16, a strided one
+        ("kernel", f"void at::native::unrolled_elementwise_kernel<{direct_copy}, std::array<char*, 2ul>, 4, "
+                   "TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+                   "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, ...)",
+         "element-wise", ""),
+        ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda("
+                   "at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)",
+         "element-wise", ""),
+        ("kernel", f"void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<{direct_copy}>("
+                   "at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)", "element-wise", ""),
+        # same-dtype copies: a strided one (a transpose made contiguous), a contiguous one
+        ("kernel", f"void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<{direct_copy}>("
+                   "at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)", "copy/index", ""),
+        ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", "copy/index", ""),
+        # FSDP2: the all-gather's copy-in (a foreach cast to bf16, or a foreach copy) and copy-out, the
+        # reduce-scatter's copy-in, the gradients' division (foreach, or one div_: a product with the reciprocal)
+        ("kernel", mta + "TensorListMetadata<2>, at::native::(anonymous namespace)::CopyFunctor<c10::BFloat16, "
+                   "float, 2, 1, 1>, at::native::Copy<c10::BFloat16, float> >(...)", "fsdp copies", gather),
+        ("kernel", mta + "TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<"
+                   "c10::BFloat16, 2, 1, 1>, at::native::Copy<float, float> >(...)", "fsdp copies", ""),
+        ("kernel", "void at::native::(anonymous namespace)::split_with_sizes_copy_out_contiguous_no_cast_kernel("
+                   "char**, char**, long*, long*, long*, long, long, long)", "fsdp copies", ""),
+        ("kernel", "void at::native::(anonymous namespace)::chunk_cat_cuda_kernel<float, float>(float**, float*, "
+                   "long*, long*, long*, long*, long*, long*, long, long)", "fsdp copies", reduce),
+        ("kernel", divide, "fsdp copies", reduce),
+        ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+                   "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, ...)",
+         "fsdp copies", reduce),
+        # the collectives, launched inside FSDP's ranges
+        ("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", gather),
+        ("kernel", "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication",
+         reduce),
+        # AdamW's kernels inside its step: fused, and foreach (a division among them); the gradient norm's
+        ("kernel", mta + "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor"
+                   "<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, "
+                   "double, bool*, float*>(...)", "optimizer", step),
+        ("kernel", divide, "optimizer", step),
+        ("kernel", mta + "TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, "
+                   "(at::native::NormType)1, float, float>, float*, int>(...)", "optimizer", ""),
+        ("kernel", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "softmax/logsumexp", ""),
+        ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "copy/index", ""),
+        ("gpu_memset", "Memset (Device)", "copy/index", ""),
+    ]  # fmt: skip
     elsewhere = [("cpu_op", "aten::mm"), ("cpu_op", "aten::_flex_attention"), ("cuda_runtime", "cudaLaunchKernel"),
-                 ("gpu_user_annotation", "Optimizer.step#AdamW.step"), ("user_annotation", "Optimizer.step#AdamW.step"),
+                 ("gpu_user_annotation", step), ("user_annotation", step),
                  ("overhead", "Command Buffer Full")]  # fmt: skip
-    events = [{"cat": c, "name": n, "dur": 1000 * (i + 1)} for i, (c, n, _) in enumerate(device)]
-    events += [{"cat": c, "name": n, "dur": 10**6} for c, n in elsewhere]
+    events, thread = [], {"": 1, gather: 1, step: 1, reduce: 2}  # the post-backward hook runs on autograd's thread
+    for i, (c, n, _, within) in enumerate(device):
+        events.append({"cat": c, "name": n, "pid": 0, "tid": 7, "ts": 10**5 + i, "dur": 1000 * (i + 1),
+                       "args": {"stream": 7, "correlation": i}})  # fmt: skip
+        events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": thread[within], "ts": 10 * i,
+                       "dur": 1, "args": {"correlation": i}})  # fmt: skip
+        if within:
+            events.append({"cat": "user_annotation", "name": within, "pid": 9, "tid": thread[within], "ts": 10 * i - 2,
+                           "dur": 5})  # fmt: skip
+    copy_in = [w for *_, w in device].index(gather)  # its range inside FSDP::pre_forward's, as FSDP2 opens them
+    events.append({"cat": "user_annotation", "name": "FSDP::pre_forward (layers.0)", "pid": 9, "tid": 1,
+                   "ts": 10 * copy_in - 4, "dur": 10})  # fmt: skip
+    events.append({"cat": "user_annotation", "name": reduce, "pid": 9, "tid": 2, "ts": 0, "dur": 10**4})
+    events += [{"cat": c, "name": n, "pid": 9, "tid": 1, "ts": 10**6, "dur": 10**6} for c, n in elsewhere]
 
     class Exported:
         def export_chrome_trace(self, path):
             Path(path).write_text(json.dumps({"traceEvents": events}))
 
-    timed = device_activities(Exported())
-    assert [name for name, _ in timed] == [name for _, name, _ in device]
+    timed = device_timeline(Exported())
+    assert [a.name for a in timed] == [name for _, name, _, _ in device]
+    ranges = [w for *_, w in device]
+    assert [a.within for a in timed] == ranges[:copy_in] + ["FSDP::pre_forward (layers.0)"] + ranges[copy_in + 1 :]
     profile = families_of(timed)
-    expected = {}
-    for i, (_, _, family) in enumerate(device):
+    expected, by_name = {}, {}
+    for i, (_, name, family, _) in enumerate(device):
         expected[family] = expected.get(family, 0) + (i + 1) / 1000
+        by_name[name] = by_name.get(name, 0) + (i + 1) / 1000
     assert {f: v["seconds"] for f, v in profile["families"].items() if v["seconds"]} == pytest.approx(expected)
     assert profile["seconds"] == pytest.approx(sum(range(1, len(device) + 1)) / 1000)
-    assert profile["top"][0] == {"name": "Memset (Device)", "seconds": pytest.approx(len(device) / 1000)}
+    costliest = max(by_name, key=by_name.get)
+    assert profile["top"][0] == {"name": costliest, "seconds": pytest.approx(by_name[costliest])}
+    # by name alone (no range known): the division is a multi-tensor kernel like the optimizer's
+    assert families_of([(divide, 1.0)])["families"]["optimizer"]["seconds"] == 1.0
+
+
+def test_the_profile_explains_a_sum_past_the_step_by_streams_busy_at_once():
+    """A step whose all-gathers and reduce-scatters ran on NCCL's stream beside the compute, and whose FSDP copy-in
+    ran on a stream of its own beside a GEMM: the families sum every stream's time, past the span from the first
+    kernel's start to the last one's end; the busy times (unions of intervals) account for it."""
+    from pacs.bench.profile import Activity, busy_times, families_of, format_families
+
+    within = "FSDP::all_gather (layers.1)"
+    step = [Activity("nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NNT", 4.0, 0.0),  # compute stream: [0, 4)
+            Activity("triton_poi_fused_add_mul_0", 2.0, 5.0),  # [5, 7)
+            Activity("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...CopyFunctor<c10::BFloat16, "
+                     "float, 2, 1, 1>...>(...)", 1.0, 1.0, within),  # copy-in stream: [1, 2)
+            Activity("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 4.0, 2.0, within),  # [2, 6)
+            Activity("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1.0, 8.0),
+            ]  # fmt: skip
+    families, busy = families_of(step), busy_times(step)
+    assert {f: v["seconds"] for f, v in families["families"].items() if v["seconds"]} == {
+        "matmul": 4.0, "element-wise": 2.0, "fsdp copies": 1.0, "communication": 5.0}  # fmt: skip
+    assert busy == {"span_s": 9.0, "busy_s": 8.0, "compute_busy_s": 6.0, "communication_busy_s": 5.0}
+    assert families["seconds"] == 12.0 > busy["span_s"]
+    # the sum: compute busy, communication busy, and the copy-in beside the GEMM (compute beside compute);
+    # the span: compute and communication less the time they ran at once, and the device's wait from 7 to 8
+    assert families["seconds"] == busy["compute_busy_s"] + busy["communication_busy_s"] + 1.0
+    both = busy["compute_busy_s"] + busy["communication_busy_s"] - busy["busy_s"]
+    assert both == 3.0 and busy["span_s"] == busy["busy_s"] + 1.0
+    text = format_families({"measure": "CUDA kernels, copies and memsets", **families, **busy, "step_gpu_s": 9.1})
+    printed = {line[:20].strip(): float(line[20:29]) for line in text.splitlines()[1:]}
+    assert printed == {**{f: v["seconds"] for f, v in families["families"].items()}, "sum": 12.0,
+                       "step on the GPU": 9.1, "first to last": 9.0, "compute busy": 6.0, "communication busy": 5.0,
+                       "both at once": 3.0}  # fmt: skip
 
 
 def test_the_response_length_table_is_deepscalers(shared_data):
