@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,10 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def pytest_runtest_logreport(report) -> None:
+    """With ``PACS_TRACEBACKS_AT_ONCE=1`` a failure's traceback is printed as it happens, not in the summary at
+    the end: a GPU sitting's time limit may stop the suite before pytest prints one (tests/README.md)."""
+    if report.failed and os.environ.get("PACS_TRACEBACKS_AT_ONCE") == "1":
+        sys.stderr.write(f"\n{report.nodeid} ({report.when}):\n{report.longreprtext}\n")

@@ -92,12 +92,23 @@ def one_update(model_path, batch, algorithm: str, options: dict, env: DistEnv, m
     return full["policy"], full["critic"], metrics
 
 
+def join(rank: int, world: int, port: int) -> DistEnv:
+    """A spawned rank joins its group as torchrun's would: one node, so its local rank is its rank, and
+    ``init_distributed`` puts it on GPU ``LOCAL_RANK`` where there are GPUs (NCCL), else on the CPU (gloo)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    return init_distributed(rank, world, int(os.environ["LOCAL_RANK"]))
+
+
+def on_host(results):
+    """``results`` with every tensor on the host: what a rank on a GPU saves for the test to compare."""
+    return torch.utils._pytree.tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, results)
+
+
 def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorithm, options, out_file) -> None:
     """Both strategies on the same batch, and fsdp with token-budget micro-batches, each group's prompt shared
     (two forwards through every FSDP unit before one backward); rank 0 saves them all."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    env = init_distributed(rank, world)
+    env = join(rank, world, port)
     batch = torch.load(batch_file)
     results = {}
     for name, strategy, max_tokens in (("ddp", "ddp", None), ("fsdp", "fsdp", None), ("fsdp-tokens", "fsdp", 400)):
@@ -106,7 +117,7 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
                                              share_prompt=True)  # fmt: skip
         results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
-        torch.save(results, out_file)
+        torch.save(on_host(results), out_file)
     torch.distributed.destroy_process_group()
 
 
@@ -167,13 +178,11 @@ def trainer_update(model_path, batch, run: dict, env: DistEnv) -> dict:
 def trainer_update_worker(rank: int, world: int, port: int, model_path, batch_file, runs: dict, out_file) -> None:
     """``trainer_update`` of each of ``runs`` (name -> run config sections) on ``world`` gloo ranks; rank 0 saves
     them by name."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    env = init_distributed(rank, world)
+    env = join(rank, world, port)
     batch = torch.load(batch_file)
     results = {name: trainer_update(model_path, batch, run, env) for name, run in runs.items()}
     if rank == 0:
-        torch.save(results, out_file)
+        torch.save(on_host(results), out_file)
     torch.distributed.destroy_process_group()
 
 
@@ -200,12 +209,11 @@ def fsdp_generate_worker(rank: int, world: int, port: int, model_path, out_file)
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    env = init_distributed(rank, world)
+    env = join(rank, world, port)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     stops = eos_token_ids(tokenizer)
-    whole = HFEngine(AutoModelForCausalLM.from_pretrained(model_path), tokenizer, stops, prompt_batch_size=2)
+    whole = HFEngine(AutoModelForCausalLM.from_pretrained(model_path).to(env.device), tokenizer, stops,
+                     prompt_batch_size=2)  # the reference on the policy's device
     policy = AutoModelForCausalLM.from_pretrained(model_path)
     root = wrap(PolicyScorer(policy, 1024), env, "fsdp")
     engine = hf_engine(policy, tokenizer, stops, 2, root)
@@ -221,6 +229,27 @@ def fsdp_generate_worker(rank: int, world: int, port: int, model_path, out_file)
     result["sharded_after"] = all(isinstance(p, DTensor) for p in root.parameters())
     torch.save(result, f"{out_file}.{rank}")
     torch.distributed.destroy_process_group()
+
+
+def check_gathered_generation(model_path, out: Path) -> None:
+    """``fsdp_generate_worker`` on two ranks (gloo on CPUs, NCCL on two GPUs): each generate call all-gathers each
+    FSDP unit once and issues no other collective, however many tokens it decodes; ranks sampling different
+    prompts to different lengths, one with no prompt at all, neither hang nor sample other tokens than the
+    whole model; the policy is sharded again afterwards."""
+    import torch.multiprocessing as mp
+
+    from pacs.train.launch import free_port
+
+    mp.spawn(fsdp_generate_worker, args=(2, free_port(), model_path, out), nprocs=2, join=True)
+    for rank in (0, 1):
+        result = torch.load(f"{out}.{rank}", weights_only=False)
+        units = result["units"]
+        assert units == 3  # the tiny model's two decoder layers and the root
+        for call, (prompts, max_tokens) in zip(result["calls"], GENERATE_CALLS[rank], strict=True):
+            assert call["collectives"] == {"c10d::_allgather_base_": units}, (rank, call)
+            assert call["same"], (rank, prompts, max_tokens)
+            assert call["longest"] <= max_tokens and (call["longest"] > 4 or not prompts or max_tokens == 4)
+        assert result["sharded_after"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -307,3 +336,17 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
     engine.close()
     with open(out, "w") as f:
         json.dump(result, f)
+
+
+def qwen3_like(model_path, out: Path) -> Path:
+    """A Qwen3 of ``model_path``'s shape (its q_norm and k_norm in every attention) with random weights and
+    ``model_path``'s tokenizer, saved to ``out``."""
+    from transformers import Qwen3Config
+
+    shape = AutoConfig.from_pretrained(model_path).to_dict()
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "bos_token_id", "eos_token_id")  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(Qwen3Config(**{k: shape[k] for k in keep})).save_pretrained(out)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(out)
+    return out

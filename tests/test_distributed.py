@@ -1,20 +1,13 @@
 """World size 2 (gloo, two processes) makes the same update as world size 1 on the same global batch, and
 FSDP holds a fraction of the training state on each rank."""
 
-import socket
-
 import pytest
 import torch
 import torch.multiprocessing as mp
-from helpers import GENERATE_CALLS, ddp_worker, fixed_batch, fsdp_generate_worker, one_update
+from helpers import check_gathered_generation, ddp_worker, fixed_batch, one_update
 
 from pacs.train.distributed import DistEnv
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pacs.train.launch import free_port
 
 
 @pytest.mark.parametrize(
@@ -44,21 +37,9 @@ def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm
 
 
 def test_generation_from_a_sharded_policy_gathers_it_once_per_call(raw_tiny_model, tmp_path):
-    """transformers' generate from an FSDP2 policy on two ranks (the trainer's engine): each call all-gathers
-    each FSDP unit once and issues no other collective, however many tokens it decodes; ranks sampling different
-    prompts to different lengths, one with no prompt at all, neither hang nor sample other tokens than the
-    whole model; the policy is sharded again afterwards."""
-    out = tmp_path / "generated.pt"
-    mp.spawn(fsdp_generate_worker, args=(2, free_port(), raw_tiny_model, out), nprocs=2, join=True)
-    for rank in (0, 1):
-        result = torch.load(f"{out}.{rank}", weights_only=False)
-        units = result["units"]
-        assert units == 3  # the tiny model's two decoder layers and the root
-        for call, (prompts, max_tokens) in zip(result["calls"], GENERATE_CALLS[rank], strict=True):
-            assert call["collectives"] == {"c10d::_allgather_base_": units}, (rank, call)
-            assert call["same"], (rank, prompts, max_tokens)
-            assert call["longest"] <= max_tokens and (call["longest"] > 4 or not prompts or max_tokens == 4)
-        assert result["sharded_after"]
+    """transformers' generate from an FSDP2 policy on two gloo ranks (the trainer's engine): one all-gather per
+    unit and call, the whole model's samples (``check_gathered_generation``; NCCL on two GPUs: the GPU suite)."""
+    check_gathered_generation(raw_tiny_model, tmp_path / "generated.pt")
 
 
 def test_a_model_shape_counts_its_parameters():

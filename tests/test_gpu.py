@@ -115,47 +115,6 @@ def test_one_process_on_cuda_killed_and_resumed_ends_where_an_uninterrupted_run_
     assert ON_CPU or all(r["memory/peak_gpu_gb"] > 0 for r in read_metrics(whole)[1:])  # it ran on the GPU
 
 
-def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, toy_data, tmp_path):
-    """One rank under torchrun (NCCL and gloo), FSDP2 computing in bf16 over fp32 masters with activation
-    checkpointing and chunked log-probs, every response at the maximum length: checkpoints in bf16 with the
-    masters beside them, a killed run resumed to the same bits, and a peak within pacs plan's figure."""
-    from pacs.config import to_dict
-    from pacs.models.shapes import model_config
-    from pacs.plan.calibration import Calibration
-    from pacs.plan.jobs import PlanSettings, plan_training
-    from pacs.train.config import load_run_config
-
-    trainer = {"total_steps": 4, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
-               "compute_dtype": "bfloat16", "gradient_checkpointing": True, "logprob_chunk_size": 256}  # fmt: skip
-    config = write_run_config(tmp_path / "run.yaml", qwen_shaped, toy_data, trainer=trainer,
-                              rollout={"n": 4, "max_response_length": RESPONSE}, data={"max_prompt_length": 64},
-                              optim={"lr": 1e-5})  # fmt: skip
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    train(TORCHRUN, config, whole)
-    killed_and_resumed(TORCHRUN, config, killed, kill_after=3)
-    assert_same_run(whole, killed, 4)
-    last = ckpt.checkpoint_dir(whole / "checkpoints", 4)
-    assert {t.dtype for t in load_file(last / "model.safetensors").values()} == {torch.bfloat16}
-    assert (last / "resume" / ".metadata").is_file()  # the optimizer and the fp32 masters
-    records = read_metrics(whole)[1:]
-    # random weights over 151,936 tokens rarely stop (about 1 in 150,000 tokens): the longest responses
-    assert all(r["response_length/max"] == RESPONSE and r["response_length/mean"] > 0.9 * RESPONSE for r in records)
-    if ON_CPU:
-        pytest.skip("the peak GPU memory against the plan needs CUDA")
-    run = to_dict(load_run_config(config))
-    job = plan_training("train", model_config("qwen2.5-0.5b", **SHAPE_CHANGES), run, 1, PlanSettings(), Calibration())
-    measured = max(r["memory/peak_gpu_gb"] for r in records) * 1e9
-    state = sum(job.memory["update"][k] for k in ("parameters", "gradients", "optimizer"))
-    print(f"peak GPU memory: measured {measured / 1e9:.2f} GB, planned {job.peak_bytes / 1e9:.2f} GB "
-          f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in job.memory['update'].items())})")  # fmt: skip
-    phases = {p: max(r[f"memory/{p}/device_gb"] for r in records) * 1e9 for p in ("generate", "no_grad", "update")}
-    for phase, used in phases.items():  # the device's use holds blocks torch keeps cached from earlier phases
-        print(f"{phase}: device {used / 1e9:.2f} GB, torch {records[-1][f'memory/{phase}/torch_gb']:.2f} GB, "
-              f"planned {sum(job.memory[phase].values()) / 1e9:.2f} GB")  # fmt: skip
-    assert state < measured <= job.peak_bytes
-    assert phases["update"] <= sum(job.memory["update"].values())  # the CUDA context is in the plan's overhead
-
-
 def test_evaluate_with_transformers_on_cuda_in_bf16(tiny_model, toy_data, tmp_path):
     from pacs.cli import main
 
@@ -336,16 +295,204 @@ def test_the_fused_adamw_steps_as_the_default_one():
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: FlexAttention's compiled kernels")
 def test_autotuned_flex_attention_gives_the_untuned_kernels_log_probs_and_gradients():
     """``trainer.attention_autotune``: the packed rows' FlexAttention compiled with autotuning (its backward too),
-    against the untuned compile, in bf16: the same log-probs and gradients within bf16's tolerance."""
+    against the untuned compile, in bf16: the same log-probs and gradients within bf16's tolerance; inductor
+    counts an autotuning (candidate kernels timed on this GPU) for the forward's template and the backward's."""
     from test_logprobs import _small_qwen2
+    from torch._dynamo.utils import counters
 
     from pacs.train import varlen
 
     model = _small_qwen2(hidden_size=128).to("cuda", torch.bfloat16)
     untuned = _scored_pass(model)
+    counters.clear()
     tuned = _scored_pass(model, autotune=True)
     assert model.config._attn_implementation == varlen.AUTOTUNED and True in varlen._compiled_flex
+    tuning = {k: v for k, v in counters["inductor"].items() if k.startswith("select_algorithm")}
+    print(f"\ninductor's autotuning: {tuning}")
+    assert tuning.get("select_algorithm_autotune", 0) >= 2  # the forward's kernel and the backward's, timed
     _assert_same_pass(tuned, untuned, "bfloat16")
+
+
+FAMILIES = {"qwen2", "qwen3"}
+# each variant's trainer keys over bf16 compute on FSDP2 with activation checkpointing; "fp32" the same run in
+# float32, the exact reference bf16's rounding is measured against
+VARIANTS = {"fp32": {"compute_dtype": "float32"}, "bf16": {}, "liger": {"liger_kernels": True},
+            "compile": {"compile": True}}  # fmt: skip
+
+
+def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict:
+    """``steps`` updates of PACS (its reward proxy against the reference, PACS v2's) through the trainer's own
+    functions (``load_models``, ``score_batch``, ``prepare_whole_batch``, ``update_models``) on FSDP2 in a one-rank
+    group (NCCL on a GPU), bf16 compute over fp32 masters with activation checkpointing unless ``trainer`` says
+    otherwise, on fixed rollouts (toy prompts, made-up responses of four lengths: every variant sees the same
+    tokens). Per step: the rows' log-probs from the update's own forward (their old log-probs), the reference's,
+    the actor's loss; the weights after the last step."""
+    import torch.distributed as dist
+    from helpers import N, ragged_batch
+
+    from pacs.algorithms import get_objective
+    from pacs.train.config import objective_config, resolve
+    from pacs.train.distributed import full_tensors, init_distributed
+    from pacs.train.loop import prepare_whole_batch, score_batch, update_models
+    from pacs.train.models import load_models
+
+    prompts = 4
+    config = resolve({"algorithm": {"name": "pacs", "options": {"reward_proxy": "reference"}},
+                      "model": {"path": str(model_path)}, "data": {"train_files": ["unused.parquet"]},
+                      "rollout": {"n": N, "max_response_length": 64}, "optim": {"lr": 1e-5},
+                      "trainer": {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
+                                  "batch_size": prompts, "mini_batch_size": prompts, "micro_batch_size": 2,
+                                  **trainer}})  # fmt: skip
+    objective, options = get_objective("pacs"), objective_config(config)
+    env = init_distributed(0, 1, fsdp=True)
+    try:
+        models = load_models(config, objective, objective.needs(options), None, env)
+        out = {"steps": []}
+        for step in range(steps):
+            batch = ragged_batch(model_path, data_dir, [5, 17, 40, 64], prompts, seed=step)
+            entropy = score_batch(batch, config, models, env)
+            batch.update(prepare_whole_batch(objective, batch, N, options, env))
+            record = update_models(batch, config, models, env, entropy)
+            mask = batch["response_mask"]
+            out["steps"].append({"logprobs": batch["old_logprobs"][mask], "ref_logprobs": batch["ref_logprobs"][mask],
+                                 "loss": record["actor/loss"]})  # fmt: skip
+        out["weights"] = {k: v.detach().float().cpu().clone() for k, v in full_tensors(models.policy)}
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+def transformers_modules_kept(patch: pytest.MonkeyPatch) -> None:
+    """What Liger replaces process-wide in transformers' Qwen2 and Qwen3 modules, put back when ``patch`` undoes."""
+    from transformers.models.qwen2 import modeling_qwen2
+    from transformers.models.qwen3 import modeling_qwen3
+
+    for module, prefix in ((modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")):
+        for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
+            patch.setattr(module, name, getattr(module, name))
+
+
+@pytest.fixture(scope="module")
+def variants(tiny_model, toy_data, tmp_path_factory):
+    """``variants(family, variant)``: ``trained_variant`` of a tiny Qwen2 (the warm-started one) or a tiny Qwen3
+    (random weights), run once each (its error too), each from transformers' own modules (Liger's process-wide
+    patches undone after its run) and compiled code dropped after it."""
+    from helpers import qwen3_like
+
+    paths = {"qwen2": tiny_model, "qwen3": lambda: qwen3_like(tiny_model, tmp_path_factory.mktemp("qwen3") / "m")}
+    runs = {}
+
+    def run(family: str, variant: str) -> dict:
+        if variant == "liger":
+            pytest.importorskip("liger_kernel", reason="needs liger-kernel: tests/README.md carries its wheel")
+        if callable(paths[family]):
+            paths[family] = paths[family]()
+        if (family, variant) not in runs:
+            try:
+                with pytest.MonkeyPatch.context() as patch:
+                    transformers_modules_kept(patch)
+                    runs[family, variant] = trained_variant(paths[family], toy_data, VARIANTS[variant])
+            except Exception as e:  # noqa: BLE001  (kept, raised again for every test that needs this run)
+                runs[family, variant] = e
+            finally:
+                torch._dynamo.reset()
+        if isinstance(runs[family, variant], Exception):
+            raise runs[family, variant]
+        return runs[family, variant]
+
+    return run
+
+
+def _loss_bound(got: dict, base: dict, rows: int = 16, n: int = 4, beta: float = 1.0) -> float:
+    """How far PACS's loss may move when its log-probs move from ``base``'s to ``got``'s (one step of
+    ``trained_variant``: ``rows`` answers in groups of ``n``, β = ``beta``): L = (1/B) Σ_i w_i BCE(ψ_i, R_i) is
+    1-Lipschitz in each ψ_i times w_i ≤ n/2 (class balance), RLOO's ψ moves by at most 2 Σ_i |Δr̂_i| over the
+    batch, and r̂_i = β Σ_t (log π − log π_ref): |ΔL| ≤ (n/2)(2β/B) Σ_i,t |Δ(log π − log π_ref)|, plus fp32's
+    rounding of L."""
+    delta = (got["logprobs"] - got["ref_logprobs"]) - (base["logprobs"] - base["ref_logprobs"])
+    return n / 2 * 2 * beta / rows * float(delta.abs().sum()) + 2**-20 * abs(base["loss"])
+
+
+def _bf16_bound(base, exact) -> float:
+    """How far a bf16 variant may lie from the bf16 run ``base``: 3 times base's own distance from the fp32 run
+    ``exact`` (two bf16 computations whose roundings are independent and of base's size lie √2 times that size
+    apart; 3 allows a fused kernel's rounding twice transformers'), and never under one bf16 rounding of
+    ``exact`` (2⁻⁸ relative)."""
+    if isinstance(base, float):
+        return 3 * max(abs(base - exact), 2**-8 * abs(exact))
+    return 3 * max(float((base - exact).norm()), 2**-8 * float(exact.norm()))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: Liger's kernels are Triton's, the trainer's path on the GPU")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("variant", ["liger", "compile"])
+def test_the_trainers_path_with_liger_or_compile_keeps_log_probs_loss_and_weights(variants, family, variant):
+    """``trainer.liger_kernels`` and ``trainer.compile`` through the trainer's own path (FSDP2, bf16 compute over
+    fp32 masters, activation checkpointing) on a tiny Qwen2 and a tiny Qwen3, two PACS steps: the policy's and the
+    reference's log-probs at each step and the weights after both lie within bf16's rounding (``_bf16_bound``) of
+    the same run without them; each step's loss differs from that run's by no more than its log-probs explain
+    (``_loss_bound``)."""
+    base, exact, got = (variants(family, v) for v in ("bf16", "fp32", variant))
+    for step, (b, e, g) in enumerate(zip(base["steps"], exact["steps"], got["steps"], strict=True)):
+        for key in ("logprobs", "ref_logprobs"):
+            distance, bound = float((g[key] - b[key]).norm()), _bf16_bound(b[key], e[key])
+            print(f"\n{family} {variant} step {step + 1} {key}: {distance:.3e} from bf16, bound {bound:.3e}")
+            assert distance <= bound, (family, variant, step, key)
+        distance, bound = abs(g["loss"] - b["loss"]), _loss_bound(g, b)
+        print(f"{family} {variant} step {step + 1} loss: {distance:.3e} from bf16, bound {bound:.3e}")
+        assert distance <= bound, (family, variant, step)
+    flat = {k: torch.cat([w.flatten() for w in run["weights"].values()]) for k, run in (("b", base), ("e", exact),
+                                                                                           ("g", got))}  # fmt: skip
+    distance, bound = float((flat["g"] - flat["b"]).norm()), _bf16_bound(flat["b"], flat["e"])
+    print(f"{family} {variant} weights: {distance:.3e} from bf16, bound {bound:.3e}")
+    assert distance <= bound
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: Liger's kernels are Triton's")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_with_liger_the_policy_and_reference_agree_exactly_at_step_0(variants, family):
+    """At the first step the policy is the reference: with Liger's kernels in both (the reference built after
+    Liger patched the family's classes, the policy patched after it was built), log π − log π_ref is exactly 0,
+    as it is without them."""
+    for variant in ("bf16", "liger"):
+        first = variants(family, variant)["steps"][0]
+        assert torch.equal(first["logprobs"], first["ref_logprobs"]), (family, variant)
+
+
+def _greedy(model_path, data_dir, dtype: torch.dtype, liger: bool) -> list:
+    """Greedy samples of eight toy held-out prompts through the transformers engine on CUDA."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pacs.data.schema import prompt_token_ids, read_prepared
+    from pacs.rollout import SamplingParams
+    from pacs.rollout.hf import HFEngine
+    from pacs.train.kernels import use_liger_kernels
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to("cuda")
+    if liger:
+        use_liger_kernels(model)
+    prompts = prompt_token_ids(tokenizer, read_prepared(data_dir / "heldout.parquet")["prompt"][:8])
+    engine = HFEngine(model, tokenizer, [tokenizer.eos_token_id])
+    return engine.generate(prompts, SamplingParams(n=1, max_tokens=24, temperature=0.0, seed=0))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: Liger's kernels are Triton's")
+@pytest.mark.parametrize("family, dtype", [("qwen2", "bfloat16"), ("qwen2", "float32"), ("qwen3", "float32")])
+def test_greedy_generation_is_the_same_with_liger_on_and_off(tiny_model, toy_data, tmp_path, monkeypatch, family,
+                                                              dtype):  # fmt: skip
+    """Liger's kernels on the decoding path (its rotary embedding at each new position, a KV cache) in the
+    transformers engine: the same greedy tokens as transformers' own, for the warm-started tiny Qwen2 in bf16
+    and fp32 and a random tiny Qwen3 in fp32 (its logits nearly flat: bf16's rounding may pick another token)."""
+    pytest.importorskip("liger_kernel", reason="needs liger-kernel: tests/README.md carries its wheel")
+    from helpers import qwen3_like
+
+    transformers_modules_kept(monkeypatch)
+    path = qwen3_like(tiny_model, tmp_path / "qwen3") if family == "qwen3" else tiny_model
+    own = _greedy(path, toy_data, getattr(torch, dtype), liger=False)
+    fused = _greedy(path, toy_data, getattr(torch, dtype), liger=True)
+    assert [c.token_ids for g in fused for c in g] == [c.token_ids for g in own for c in g]
+    assert sum(len(c.token_ids) for g in own for c in g) >= 8 * 4  # it decoded past the prompts
 
 
 def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
@@ -492,3 +639,71 @@ def test_a_sleeping_vllm_engine_is_in_no_phase_s_torch_peak_and_leaves_the_devic
     assert update["torch"] < 0.5 * pooled  # the trainer's scratch and vLLM's buffers outside its pool
     assert update["device"] < generate["device"] - 0.8 * pooled
     engine.close()
+
+
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL between two ranks, each "
+                               "on its own GPU): this machine has fewer")  # fmt: skip
+
+
+@TWO_GPUS
+def test_two_ranks_on_two_gpus_gather_a_sharded_policy_once_per_generate_call(raw_tiny_model, tmp_path):
+    """The trainer's transformers engine on an FSDP2 policy sharded over two GPUs (NCCL): one all-gather per
+    FSDP unit and call whatever the lengths, the unsharded model's samples (``check_gathered_generation``)."""
+    from helpers import check_gathered_generation
+
+    check_gathered_generation(raw_tiny_model, tmp_path / "generated.pt")
+
+
+@TWO_GPUS
+def test_two_ranks_on_two_gpus_train_killed_and_resumed_end_where_an_uninterrupted_run_does(tiny_model, toy_data,
+                                                                                           tmp_path):  # fmt: skip
+    """``pacs train`` under torchrun on two GPUs (NCCL, FSDP2, bf16 compute over fp32 masters, activation
+    checkpointing), SIGKILLed after step 2 and resumed: bitwise the uninterrupted run's weights and rewards."""
+    trainer = {"total_steps": 3, "strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True}
+    config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, trainer=trainer)
+    two = [*TORCHRUN[:4], "2", *TORCHRUN[5:]]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    train(two, config, whole)
+    killed_and_resumed(two, config, killed, kill_after=2)
+    assert_same_run(whole, killed, 3)
+
+
+def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, toy_data, tmp_path):
+    """One rank under torchrun (NCCL and gloo), FSDP2 computing in bf16 over fp32 masters with activation
+    checkpointing and chunked log-probs, every response at the maximum length: checkpoints in bf16 with the
+    masters beside them, a killed run resumed to the same bits, and a peak within pacs plan's figure."""
+    from pacs.config import to_dict
+    from pacs.models.shapes import model_config
+    from pacs.plan.calibration import Calibration
+    from pacs.plan.jobs import PlanSettings, plan_training
+    from pacs.train.config import load_run_config
+
+    trainer = {"total_steps": 3, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
+               "compute_dtype": "bfloat16", "gradient_checkpointing": True, "logprob_chunk_size": 256}  # fmt: skip
+    config = write_run_config(tmp_path / "run.yaml", qwen_shaped, toy_data, trainer=trainer,
+                              rollout={"n": 4, "max_response_length": RESPONSE}, data={"max_prompt_length": 64},
+                              optim={"lr": 1e-5})  # fmt: skip
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    train(TORCHRUN, config, whole)
+    killed_and_resumed(TORCHRUN, config, killed, kill_after=2)
+    assert_same_run(whole, killed, 3)
+    last = ckpt.checkpoint_dir(whole / "checkpoints", 3)
+    assert {t.dtype for t in load_file(last / "model.safetensors").values()} == {torch.bfloat16}
+    assert (last / "resume" / ".metadata").is_file()  # the optimizer and the fp32 masters
+    records = read_metrics(whole)[1:]
+    # random weights over 151,936 tokens rarely stop (about 1 in 150,000 tokens): the longest responses
+    assert all(r["response_length/max"] == RESPONSE and r["response_length/mean"] > 0.9 * RESPONSE for r in records)
+    if ON_CPU:
+        pytest.skip("the peak GPU memory against the plan needs CUDA")
+    run = to_dict(load_run_config(config))
+    job = plan_training("train", model_config("qwen2.5-0.5b", **SHAPE_CHANGES), run, 1, PlanSettings(), Calibration())
+    measured = max(r["memory/peak_gpu_gb"] for r in records) * 1e9
+    state = sum(job.memory["update"][k] for k in ("parameters", "gradients", "optimizer"))
+    print(f"peak GPU memory: measured {measured / 1e9:.2f} GB, planned {job.peak_bytes / 1e9:.2f} GB "
+          f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in job.memory['update'].items())})")  # fmt: skip
+    phases = {p: max(r[f"memory/{p}/device_gb"] for r in records) * 1e9 for p in ("generate", "no_grad", "update")}
+    for phase, used in phases.items():  # the device's use holds blocks torch keeps cached from earlier phases
+        print(f"{phase}: device {used / 1e9:.2f} GB, torch {records[-1][f'memory/{phase}/torch_gb']:.2f} GB, "
+              f"planned {sum(job.memory[phase].values()) / 1e9:.2f} GB")  # fmt: skip
+    assert state < measured <= job.peak_bytes
+    assert phases["update"] <= sum(job.memory["update"].values())  # the CUDA context is in the plan's overhead
