@@ -350,3 +350,13 @@ def qwen3_like(model_path, out: Path) -> Path:
     AutoModelForCausalLM.from_config(Qwen3Config(**{k: shape[k] for k in keep})).save_pretrained(out)
     AutoTokenizer.from_pretrained(model_path).save_pretrained(out)
     return out
+
+
+def transformers_modules_kept(patch) -> None:
+    """What Liger replaces process-wide in transformers' Qwen2 and Qwen3 modules, put back when ``patch`` undoes."""
+    from transformers.models.qwen2 import modeling_qwen2
+    from transformers.models.qwen3 import modeling_qwen3
+
+    for module, prefix in ((modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")):
+        for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
+            patch.setattr(module, name, getattr(module, name))

@@ -50,10 +50,17 @@ TESTS = Path(__file__).parent
 # the Qwen2.5-0.5B shape on a GPU; on the CPU (mechanics only) a narrow two-layer model with its vocabulary
 SHAPE_CHANGES = {} if CUDA else {"num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
                                  "num_attention_heads": 2, "num_key_value_heads": 1}  # fmt: skip
-RESPONSE = 256 if CUDA else 32
+RESPONSE = 128 if CUDA else 32  # tokens: every response reaches it
 DETERMINISTIC = [sys.executable, str(TESTS / "train_deterministic.py")]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+
+
+def torchrun(ranks: int) -> list[str]:
+    """``tests/train_deterministic.py`` under torchrun with ``ranks`` processes on this node."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
             str(TESTS / "train_deterministic.py")]  # fmt: skip
+
+
+TORCHRUN = torchrun(1)
 
 
 def env() -> dict:
@@ -253,13 +260,13 @@ def test_liger_kernels_give_the_reference_log_probs_and_gradients(dtype, monkeyp
     """``trainer.liger_kernels``: Liger's RMSNorm, SwiGLU and RoPE in the decoder layers, against transformers'
     own, on packed rows: the same log-probs and gradients, within the tolerances of the packed path itself."""
     pytest.importorskip("liger_kernel", reason="needs liger-kernel: tests/README.md carries its wheel")
+    from helpers import transformers_modules_kept
     from test_logprobs import _small_qwen2
     from transformers.models.qwen2 import modeling_qwen2
 
     from pacs.train.kernels import use_liger_kernels
 
-    for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):  # Liger replaces them in the module
-        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))  # restored after the test
+    transformers_modules_kept(monkeypatch)  # Liger replaces them in the module
     model = _small_qwen2(hidden_size=128).to("cuda", getattr(torch, dtype))
     reference = _scored_pass(model)
     use_liger_kernels(model)
@@ -362,22 +369,12 @@ def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict
     return out
 
 
-def transformers_modules_kept(patch: pytest.MonkeyPatch) -> None:
-    """What Liger replaces process-wide in transformers' Qwen2 and Qwen3 modules, put back when ``patch`` undoes."""
-    from transformers.models.qwen2 import modeling_qwen2
-    from transformers.models.qwen3 import modeling_qwen3
-
-    for module, prefix in ((modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")):
-        for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
-            patch.setattr(module, name, getattr(module, name))
-
-
 @pytest.fixture(scope="module")
 def variants(tiny_model, toy_data, tmp_path_factory):
     """``variants(family, variant)``: ``trained_variant`` of a tiny Qwen2 (the warm-started one) or a tiny Qwen3
     (random weights), run once each (its error too), each from transformers' own modules (Liger's process-wide
     patches undone after its run) and compiled code dropped after it."""
-    from helpers import qwen3_like
+    from helpers import qwen3_like, transformers_modules_kept
 
     paths = {"qwen2": tiny_model, "qwen3": lambda: qwen3_like(tiny_model, tmp_path_factory.mktemp("qwen3") / "m")}
     runs = {}
@@ -485,7 +482,7 @@ def test_greedy_generation_is_the_same_with_liger_on_and_off(tiny_model, toy_dat
     transformers engine: the same greedy tokens as transformers' own, for the warm-started tiny Qwen2 in bf16
     and fp32 and a random tiny Qwen3 in fp32 (its logits nearly flat: bf16's rounding may pick another token)."""
     pytest.importorskip("liger_kernel", reason="needs liger-kernel: tests/README.md carries its wheel")
-    from helpers import qwen3_like
+    from helpers import qwen3_like, transformers_modules_kept
 
     transformers_modules_kept(monkeypatch)
     path = qwen3_like(tiny_model, tmp_path / "qwen3") if family == "qwen3" else tiny_model
@@ -661,7 +658,7 @@ def test_two_ranks_on_two_gpus_train_killed_and_resumed_end_where_an_uninterrupt
     checkpointing), SIGKILLed after step 2 and resumed: bitwise the uninterrupted run's weights and rewards."""
     trainer = {"total_steps": 3, "strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True}
     config = write_run_config(tmp_path / "run.yaml", tiny_model, toy_data, trainer=trainer)
-    two = [*TORCHRUN[:4], "2", *TORCHRUN[5:]]
+    two = torchrun(2)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     train(two, config, whole)
     killed_and_resumed(two, config, killed, kill_after=2)

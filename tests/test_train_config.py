@@ -123,16 +123,14 @@ def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_mo
     not: the device check is lifted here, and transformers' modules are restored after the test."""
     import importlib
 
-    from helpers import qwen3_like
+    from helpers import qwen3_like, transformers_modules_kept
 
     from pacs.algorithms import get_objective
     from pacs.train import models as train_models
     from pacs.train.distributed import DistEnv
 
     modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    prefix = family.capitalize()
-    for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
-        monkeypatch.setattr(modeling, name, getattr(modeling, name))  # restored after the test
+    transformers_modules_kept(monkeypatch)
     monkeypatch.setattr(train_models, "check_device", lambda trainer, device: None)
     path = qwen3_like(raw_tiny_model, tmp_path / "qwen3") if family == "qwen3" else raw_tiny_model
     built = {}
