@@ -30,6 +30,7 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         f"{RESULTS}/REPORT.md",
+        [f"{RESULTS}/report/wandb.json"] if WANDB["mode"] != "disabled" else [],
 
 
 # snakemake --profile slurm preflight: every distinct training job for a few steps at its maximum lengths, on

@@ -8,7 +8,7 @@ import dataclasses
 
 from pacs.config import ConfigError, from_dict, to_dict
 from pacs.eval.config import EvalConfig
-from pacs.train.config import resolve
+from pacs.train.config import LoggingConfig, resolve
 
 
 def merged(base: dict, over: dict) -> dict:
@@ -299,6 +299,31 @@ def eval_settings(config: dict, benchmark: str, runs: dict, model: str | None = 
     if resolved["chat_template"] is None:  # unset, as settings files written before the key had it
         del resolved["chat_template"]
     return resolved
+
+
+def wandb_logging(config: dict) -> dict:
+    """The experiment's wandb mode and project: ``train.logging``'s (offline and "pacs" by default), for the runs
+    that are no training run's: base and released models' evaluations and the report's."""
+    where = "config: train.logging"
+    logging = to_dict(from_dict(LoggingConfig, (config.get("train") or {}).get("logging") or {}, where))
+    return {"mode": logging["wandb"], "project": logging["project"]}
+
+
+def eval_wandb(config: dict, runs: dict, evaluation: dict) -> dict:
+    """How an evaluation is written to wandb (``pacs evaluate --wandb ...``): a trained checkpoint's under its
+    run's ``logging`` and in its run's group (the training run's name); a base or released model's under
+    ``train.logging``, grouped under the model's name. Its config names the model, method, step and benchmark."""
+    e = evaluation
+    run = runs.get((e["model"], e["method"]))
+    if run is not None:
+        mode, project, group = run["logging"]["wandb"], run["logging"]["project"], run["logging"]["run_name"]
+    else:
+        mode, project = wandb_logging(config).values()
+        group = f"{config['name']}-{e['model']}"
+    return {"mode": mode, "project": project, "group": group,
+            "name": f"{config['name']}-{e['model']}-{e['method']}-step{int(e['step'])}-{e['benchmark']}",
+            "config": {"experiment": config["name"], "model": e["model"], "method": e["method"],
+                       "step": int(e["step"]), "benchmark": e["benchmark"]}}  # fmt: skip
 
 
 GRADERS = {"judge": "pacs's judge", "livecodebench": "LiveCodeBench's grader", "glm45": "GLM-4.5's grader"}

@@ -1,9 +1,11 @@
 """A fixed rollout batch and one update through the training loop's own functions, for any rank count."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -360,3 +362,38 @@ def transformers_modules_kept(patch) -> None:
     for module, prefix in ((modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")):
         for name in ("apply_rotary_pos_emb", f"{prefix}RMSNorm", f"{prefix}MLP"):
             patch.setattr(module, name, getattr(module, name))
+
+
+def wandb_runs(directory: Path) -> list[Path]:
+    """The wandb run directories under ``directory`` (``.../wandb/offline-run-*``), in path order."""
+    return sorted(p.parent for p in Path(directory).rglob("run-*.wandb"))
+
+
+def read_wandb_run(run_dir: Path) -> dict:
+    """An offline run as wandb's own reader returns it (``wandb leet inspect`` on its .wandb transaction log):
+    the summary view (``config``, ``summary``, ``name``, ``project``, ``run_id``, ``state``), with ``group`` and
+    ``job_type`` from the run's record, ``plots`` (each custom chart's key and its fields: x, y, stroke) and
+    ``dir``."""
+
+    def inspect(*flags: str) -> str:
+        command = [str(Path(sys.executable).with_name("wandb")), "leet", "inspect", *flags, str(run_dir)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    view = json.loads(inspect("--summary", "--json"))
+    records = [json.loads(line) for line in inspect("--json").splitlines() if line.strip()]
+    run = next(r["run"] for r in records if r["type"] == "run")
+    charts = [(key, value) for r in records if r["type"] == "config" for key, value in r["config"]["update"].items()]
+    plots = {key.removeprefix("_wandb.visualize."): value["panel_config"]["fieldSettings"] for key, value in charts
+             if key.startswith("_wandb.visualize.")}  # fmt: skip
+    return {**view, "group": run.get("run_group"), "job_type": run.get("job_type"), "plots": plots,
+            "dir": Path(run_dir)}  # fmt: skip
+
+
+def wandb_table(run: dict, key: str) -> list[dict]:
+    """The rows of the table a run logged under ``key`` (its file, as the summary names it)."""
+    entry = run["summary"][key]
+    assert entry["_type"] == "table-file", entry
+    table = json.loads((run["dir"] / "files" / entry["path"]).read_text())
+    return [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]

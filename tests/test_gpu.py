@@ -126,9 +126,10 @@ def test_evaluate_with_transformers_on_cuda_in_bf16(tiny_model, toy_data, tmp_pa
     from pacs.cli import main
 
     out = tmp_path / "eval"
+    # wandb disabled: the GPU machine has no wandb
     args = ["evaluate", "--model", str(tiny_model), "--data", str(toy_data / "heldout.parquet"), "--out", str(out),
             "--engine", "hf", "--dtype", "bfloat16", "--n", "4", "--limit", "32", "--max-tokens", "16",
-            "--workers", "1"]  # fmt: skip
+            "--workers", "1", "--wandb", "disabled"]  # fmt: skip
     assert main(args) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["engine"] == "hf" and metrics["dtype"] == "bfloat16" and metrics["problems"] == 32

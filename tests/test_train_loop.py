@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import run_until_killed
+from helpers import read_wandb_run, run_until_killed, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -173,8 +173,11 @@ def test_wandb_offline_and_retention(tiny_model, toy_data, tmp_path):
     assert retention.problems(first, DistEnv()) == [] and not retention.resumable(first)
     assert all(retention.resumable(ckpt.checkpoint_dir(root, s)) for s in (3, 4))
     assert "step_000002: deleted" in result.stdout
-    runs = list((out / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    runs = wandb_runs(out)
+    assert len(runs) == 1
+    run = read_wandb_run(runs[0])  # grouped with the run's evaluations (tests/test_evaluate.py)
+    assert (run["job_type"], run["group"], run["name"], run["state"]) == ("train", "run", "run", "finished")
+    assert run["config"]["trainer"]["total_steps"] == 4 and run["step"] == 4
 
 
 def test_a_broken_newest_checkpoint_is_named_set_aside_and_the_run_ends_bitwise(uninterrupted, config, tmp_path):

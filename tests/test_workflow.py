@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import read_wandb_run, wandb_runs, wandb_table
 from safetensors.torch import load_file
 
 from pacs.train.config import load_run_config
@@ -110,6 +111,7 @@ def test_the_paper_dry_run(tmp_path):
         "make_tables": 1,
         "make_figures": 1,
         "write_report": 1,
+        "log_results_to_wandb": 1,  # wandb offline, the default
         "all": 1,
     }
     run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
@@ -148,6 +150,7 @@ def test_the_paper_v2_dry_run(tmp_path):
         "make_tables": 1,
         "make_figures": 1,
         "write_report": 1,
+        "log_results_to_wandb": 1,  # wandb offline, the default
         "all": 1,
     }
     configs = tmp_path / "results/paper_v2/configs"
@@ -200,7 +203,7 @@ def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
     assert job_counts(done.stdout + done.stderr) == {
         "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6 * 5,
         "measure_diversity": 4, "collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
-        "all": 1}  # fmt: skip
+        "log_results_to_wandb": 1, "all": 1}  # fmt: skip
     plan = (tmp_path / "results/paper_v2/plan.md").read_text()
     for method in ("pacs_beta_0.1", "pacs_beta_10", "pacs_grpo_score", "pacs_drgrpo_score"):
         assert f"| train/qwen3-4b/{method} | 8 |" in plan and f"train/qwen3-8b/{method}" not in plan
@@ -476,6 +479,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
         assert f"## {heading}" in report, heading
     assert "figures/passk_tiny_toy_heldout.png" in report and "| PACS |" in report and "comparison.csv" in report
     assert "Differences between methods" in report and "| PACS − GRPO |" in report
+    check_wandb_runs(tiny_run, table)
     assert snakemake(tiny_run, "-n", "--configfile", *configfiles(tiny_run)).stdout.count("Nothing to be done") == 1
     # one preflight per distinct training job shape (the two β share one; PACS samples with vLLM here, PACS w/o
     # weight with transformers), passed before its runs started, every response at the maximum length; the
@@ -513,6 +517,53 @@ def test_tiny_experiment_end_to_end(tiny_run):
         assert text in html or json.dumps(text)[1:-1] in html, text  # the report's data is JSON (β as \\u03b2)
 
 
+def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
+    """wandb offline (config/tiny.yaml's default), read back with wandb's own reader: one run per evaluation, in
+    its training run's group (a base model's under the model's name), its config naming what it evaluated, its
+    summary the evaluation's metrics; one run of the results: pass@k against step with a line plot per k, every
+    table and every figure."""
+    results = workdir / "results" / "tiny"
+    evaluations = json.loads((results / "report" / "manifest.json").read_text())["evaluations"]
+    assert all(len(wandb_runs(workdir / Path(e["metrics"]).parent)) == 1 for e in evaluations)
+    (trained,) = wandb_runs(results / "runs/tiny/pacs")
+    training = read_wandb_run(trained)
+    assert (training["job_type"], training["group"], training["name"]) == ("train", "tiny-tiny-pacs", "tiny-tiny-pacs")
+    for method, step, group in (("pacs", 10, "tiny-tiny-pacs"), ("base", 0, "tiny-tiny")):
+        where = results / f"eval/tiny/{method}/step_{step:06d}/toy_heldout"
+        run, metrics = read_wandb_run(wandb_runs(where)[0]), json.loads((where / "metrics.json").read_text())
+        assert (run["job_type"], run["group"], run["state"]) == ("eval", group, "finished")
+        assert {k: run["config"][k] for k in ("experiment", "model", "method", "step", "benchmark")} == {
+            "experiment": "tiny", "model": "tiny", "method": method, "step": step, "benchmark": "toy_heldout"}
+        assert (run["config"]["eval"]["n"], run["config"]["eval"]["temperature"]) == (8, 0.6)
+        summary = run["summary"]
+        assert {k: summary[f"pass@{k}"] for k in metrics["pass_at_k"]} == {
+            k: v["mean"] for k, v in metrics["pass_at_k"].items()}
+        assert {k: (summary[f"pass@{k}/ci_low"], summary[f"pass@{k}/ci_high"]) for k in metrics["pass_at_k"]} == {
+            k: (v["ci_low"], v["ci_high"]) for k, v in metrics["pass_at_k"].items()}
+        assert summary["statuses/correct"] == metrics["statuses"]["correct"] and summary["truncation_rate"] == 0
+        assert summary["mean_response_tokens"] == metrics["mean_response_tokens"]
+    (logged,) = wandb_runs(results / "report")
+    report = read_wandb_run(logged)
+    assert (report["job_type"], report["name"]) == ("report", "tiny-results")
+    # pass@k against step: every method's line from the base model's step 0 through steps 5 and 10
+    rows = pd.DataFrame(wandb_table(report, "pass_at_k_by_step/tiny/toy_heldout")).rename(columns={"pass@k": "value"})
+    assert set(rows["method"]) == {"ppo", "grpo", "pacs", "pacs_beta_0.5", "pacs_beta_2", "pacs_no_weight"}
+    cells = table[table["benchmark"] == "toy_heldout"].set_index(["method", "step", "k"])["pass_at_k"]
+    for r in rows.itertuples():
+        assert r.step in (0, 5, 10) and r.value == cells[("base" if r.step == 0 else r.method, r.step, r.k)]
+    assert len(rows) == 6 * 3 * 4  # 6 methods × 3 steps × k = 1, 2, 4, 8
+    for k in (1, 2, 4, 8):
+        key = f"pass@{k}_by_step/tiny/toy_heldout"
+        assert report["plots"][key] == {"x": "step", "y": "pass@k", "stroke": "label"}
+        assert len(wandb_table(report, f"{key}_table")) == 6 * 3
+    for path in (results / "tables").glob("*.csv"):  # comparison (beside the published numbers) among them
+        assert len(wandb_table(report, f"tables/{path.stem}")) == len(pd.read_csv(path)), path.name
+    assert "tables/comparison" in report["summary"]
+    figures = {p.stem for p in (results / "figures").glob("*.png")}
+    assert {k.removeprefix("figures/") for k in report["summary"] if k.startswith("figures/")} == figures
+    assert all(report["summary"][f"figures/{f}"]["_type"] == "image-file" for f in figures)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "change, expected",
@@ -538,7 +589,8 @@ def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, chan
     workdir = tmp_path / "copy"
     shutil.copytree(tiny_run, workdir, symlinks=True)  # copy2 keeps mtimes: the copy is up to date
     done = snakemake(workdir, "-n", "--configfile", *configfiles(workdir, change))
-    reports = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1, "all": 1}
+    reports = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
+               "log_results_to_wandb": 1, "all": 1}  # fmt: skip
     assert job_counts(done.stdout + done.stderr) == {**expected, **reports}
 
 

@@ -3,7 +3,10 @@
 import argparse
 from pathlib import Path
 
+import yaml
+
 from pacs.cli.common import eval_arguments, eval_config_from
+from pacs.wandb_runs import MODES
 
 
 def add_parser(verbs) -> None:
@@ -15,13 +18,33 @@ def add_parser(verbs) -> None:
     )
     eval_arguments(ev)
     ev.add_argument("--restart-on-change", action="store_true", help="OUT under another config: empty it, not refuse")
+    wandb = ev.add_argument_group("wandb", "the evaluation as a wandb run under OUT/wandb (pacs.eval.wandb_run)")
+    wandb.add_argument("--wandb", choices=MODES, default="offline", help="as logging.wandb (default offline)")
+    wandb.add_argument("--wandb-project", default="pacs")
+    wandb.add_argument("--wandb-group", help="default: the training run of a checkpoint, else the model's name")
+    wandb.add_argument("--wandb-name", help="default: GROUP-stepSTEP-BENCHMARK")
+    wandb.add_argument("--wandb-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a config entry (YAML value), e.g. method=pacs; repeatable")  # fmt: skip
     ev.set_defaults(func=cmd_evaluate)
+
+
+def config_entries(pairs: list[str]) -> dict:
+    entries = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--wandb-config {pair!r}: expected KEY=VALUE")
+        entries[key] = yaml.safe_load(value)
+    return entries
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pacs.eval.run import evaluate
+    from pacs.eval.wandb_run import log_evaluation
 
+    extra = config_entries(args.wandb_config)  # before the evaluation: a bad entry fails at once
     metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
+    logged = log_evaluation(metrics, args.out, args.wandb, args.wandb_project, args.wandb_group, args.wandb_name, extra)
     passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())
     speed = metrics["throughput"]
     rate = (
@@ -31,4 +54,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     print(f"{metrics['data_source']}: {metrics['problems']} problems × {metrics['samples_per_problem']}: {passk}")
     print(f"statuses {metrics['statuses']}; engine {metrics['engine']}{rate}; wrote {args.out / 'metrics.json'}")
+    if logged:
+        print(f"wandb run ({args.wandb}): {logged}")
     return 0

@@ -91,14 +91,20 @@ def cmd_report_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finished(parts, name: str, helptext: str, func) -> argparse.ArgumentParser:
+    """``pacs report summary`` and ``wandb``: what the tables and figures rules wrote, and a file to write."""
+    sub = parts.add_parser(name, help=helptext)
+    sub.add_argument("--manifest", type=Path, required=True)
+    sub.add_argument("--pass-at-k", type=Path, required=True)
+    sub.add_argument("--tables", type=Path, required=True)
+    sub.add_argument("--figures", type=Path, required=True)
+    sub.set_defaults(func=func)
+    return sub
+
+
 def _add_summary(parts) -> None:
-    rs = parts.add_parser("summary", help="REPORT.md linking tables, comparison and figures")
-    rs.add_argument("--manifest", type=Path, required=True)
-    rs.add_argument("--pass-at-k", type=Path, required=True)
-    rs.add_argument("--tables", type=Path, required=True)
-    rs.add_argument("--figures", type=Path, required=True)
+    rs = _finished(parts, "summary", "REPORT.md linking tables, comparison and figures", cmd_report_summary)
     rs.add_argument("--out", type=Path, required=True)
-    rs.set_defaults(func=cmd_report_summary)
 
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
@@ -113,8 +119,31 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_wandb(parts) -> None:
+    from pacs.wandb_runs import MODES
+
+    rw = _finished(parts, "wandb", "the experiment's results as one wandb run (pacs.report.wandb_report)",
+                   cmd_report_wandb)  # fmt: skip
+    rw.add_argument("--mode", choices=MODES, default="offline", help="as training's logging.wandb")
+    rw.add_argument("--project", default="pacs")
+    rw.add_argument("--out", type=Path, required=True, help="JSON: the run's id, directory and keys; the run "
+                    "lies in wandb/ beside it")  # fmt: skip
+
+
+def cmd_report_wandb(args: argparse.Namespace) -> int:
+    from pacs.io import atomic_write_json
+    from pacs.report.collect import read_manifest
+    from pacs.report.wandb_report import log_results
+
+    manifest, table = read_manifest(args.manifest), pd.read_csv(args.pass_at_k)
+    logged = log_results(manifest, table, args.tables, args.figures, args.out.parent, args.mode, args.project)
+    atomic_write_json(args.out, {"mode": args.mode, "project": args.project, **logged})
+    print(f"wandb run ({args.mode}): {logged.get('run_dir')}, {len(logged['keys'])} keys; wrote {args.out}")
+    return 0
+
+
 def add_parser(verbs) -> None:
     rp = verbs.add_parser("report", help="tables, figures and REPORT.md from the workflow's result files")
     parts = rp.add_subparsers(dest="what", required=True)
-    for add in (_add_collect, _add_tables, _add_figures, _add_summary):
+    for add in (_add_collect, _add_tables, _add_figures, _add_summary, _add_wandb):
         add(parts)

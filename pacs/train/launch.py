@@ -11,7 +11,6 @@ Every torchrun or srun launch appends one line to ``OUT/launches.jsonl`` (what i
 job), so a job that started its launcher more than once shows it.
 """
 
-import hashlib
 import json
 import os
 import signal
@@ -24,22 +23,15 @@ from pathlib import Path
 from pacs.config import to_dict
 from pacs.train.config import load_run_config
 from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
+from pacs.wandb_runs import start_run
 
 
 def _wandb_logger(config, out: Path):
-    if config.logging.wandb == "disabled":
+    """The run's wandb run (``pacs.wandb_runs``), resumed by every job of the run, grouped with its evaluations."""
+    name = config.logging.run_name or out.resolve().name
+    run = start_run(out, config.logging.wandb, config.logging.project, name, name, "train", to_dict(config))
+    if run is None:
         return None, None
-    import wandb
-
-    run = wandb.init(
-        project=config.logging.project,
-        name=config.logging.run_name or out.name,
-        dir=out,
-        mode=config.logging.wandb,
-        config=to_dict(config),
-        id=f"{out.resolve().name}-{hashlib.sha1(str(out.resolve()).encode()).hexdigest()[:8]}",  # resumes
-        resume="allow",
-    )
     return run, lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
 
 

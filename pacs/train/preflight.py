@@ -188,7 +188,8 @@ def evaluate_chunk(spec: dict, checkpoint: str, out: Path) -> dict:
     config = out / "eval.yaml"
     atomic_write_text(config, yaml.safe_dump({**settings, "limit": limit}, sort_keys=False))
     command = [sys.executable, "-m", "pacs.cli", "evaluate", "--config", str(config), "--model", checkpoint,
-               "--data", spec["eval"]["data"], "--out", str(out / "eval"), "--restart-on-change"]  # fmt: skip
+               "--data", spec["eval"]["data"], "--out", str(out / "eval"), "--restart-on-change",
+               "--wandb", "disabled"]  # fmt: skip
     shutil.rmtree(out / "eval", ignore_errors=True)
     if subprocess.run(command).returncode:
         raise PreflightError(f"{spec['name']}: one evaluation chunk of {spec['eval']['benchmark']} failed (the "

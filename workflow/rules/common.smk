@@ -282,6 +282,21 @@ def evaluation_config(w):
     return f"{CONFIGS}/{experiment.eval_config_name(config, {'model': w.model, 'benchmark': w.benchmark})}.yaml"
 
 
+# wandb: every training run, every evaluation and the report a run of its own, offline unless train.logging.wandb
+# says otherwise (pacs.wandb_runs); the report's run only where wandb is not disabled
+WANDB = experiment.wandb_logging(config)
+
+
+def evaluation_wandb(w):
+    """`pacs evaluate`'s wandb options for one evaluation: mode, project, group (its training run's), name and the
+    config entries naming it (experiment.eval_wandb)."""
+    evaluation = {"model": w.model, "method": w.method, "step": int(w.step), "benchmark": w.benchmark}
+    spec = experiment.eval_wandb(config, RUN_CONFIGS, evaluation)
+    args = ["--wandb", spec["mode"], "--wandb-project", spec["project"], "--wandb-group", spec["group"],
+            "--wandb-name", spec["name"], *(f"--wandb-config={k}={v}" for k, v in spec["config"].items())]
+    return shlex.join(args)
+
+
 def evaluation_inputs(w):
     """What must exist first: a built base or released model (and the built model whose chat template a released
     one borrows), or the run's final checkpoint (training done)."""

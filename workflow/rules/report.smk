@@ -1,5 +1,6 @@
-# Tables, figures and REPORT.md, from result files only (`pacs report`). The tables and figures are also
-# `snakemake --report report.zip` entries: a category per kind, labelled by model and benchmark or method.
+# Tables, figures, REPORT.md and the results' wandb run, from result files only (`pacs report`). The tables and
+# figures are also `snakemake --report report.zip` entries: a category per kind, labelled by model and benchmark or
+# method.
 from pacs.report import figures as figure_names
 from pacs.report import tables as table_names
 
@@ -85,3 +86,25 @@ rule write_report:
     shell:
         "pacs report summary --manifest {input.manifest} --pass-at-k {input.pass_at_k} --tables {input.tables}"
         " --figures {input.figures} --out {output} > {log} 2>&1"
+
+
+# The experiment's results as one wandb run (pass@k against step, the tables, the figures), beside the training
+# and evaluation runs; `all` asks for it unless train.logging.wandb is disabled
+rule log_results_to_wandb:
+    input:
+        manifest=MANIFEST,
+        pass_at_k=PASS_AT_K,
+        tables=f"{RESULTS}/tables",
+        figures=f"{RESULTS}/figures",
+    output:
+        f"{RESULTS}/report/wandb.json",
+    params:
+        mode=WANDB["mode"],
+        project=WANDB["project"],
+    log:
+        f"{LOGS}/log_results_to_wandb.log",
+    conda:
+        ENV
+    shell:
+        "pacs report wandb --manifest {input.manifest} --pass-at-k {input.pass_at_k} --tables {input.tables}"
+        " --figures {input.figures} --mode {params.mode} --project {params.project:q} --out {output} > {log} 2>&1"

@@ -1,0 +1,66 @@
+"""pacs's wandb runs: one writer each, its id from the output directory it describes, offline by default.
+
+Training (``pacs train``) writes one run per run directory, resumed by every job of the run; an evaluation
+(``pacs evaluate``) one per evaluation directory; the report rule (``pacs report wandb``) one per experiment.
+Each lies under its directory's ``wandb/``; ``wandb sync DIR/wandb`` uploads it. A training run is grouped
+with its evaluations: its group is its name (``group_of_checkpoint`` finds it from a checkpoint's path).
+
+``replace``: a rerun's run replaces the one an earlier run of the same job wrote, rather than adding a
+second: locally its run directory is removed first; online the run of that id is updated (same id).
+"""
+
+import hashlib
+import re
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+Mode = Literal["offline", "online", "disabled"]
+MODES = ("offline", "online", "disabled")
+
+
+def run_id(out: Path) -> str:
+    """The wandb id of the run describing ``out``: its name and a hash of its absolute path."""
+    out = Path(out).resolve()
+    return f"{out.name}-{hashlib.sha1(str(out).encode()).hexdigest()[:8]}"
+
+
+def start_run(out: Path, mode: Mode, project: str, name: str, group: str | None, job_type: str, config: dict,
+              replace: bool = False):  # fmt: skip
+    """``wandb.init`` for the run describing ``out`` (files under ``out/wandb``); None when ``mode`` is
+    disabled, and then wandb is not imported."""
+    if mode not in MODES:
+        raise ValueError(f"wandb mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "disabled":
+        return None
+    import wandb
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    identity = run_id(out)
+    if replace:
+        for earlier in (out / "wandb").glob(f"*run-*-{identity}"):
+            shutil.rmtree(earlier)
+    return wandb.init(project=project, name=name, group=group, job_type=job_type, dir=out, mode=mode,
+                      config=config, id=identity, resume="allow")  # fmt: skip
+
+
+def checkpoint_step(model: str) -> int:
+    """The training step of a checkpoint directory (``.../step_NNNNNN``); 0 for any other model (a base or
+    released model, as the workflow numbers them)."""
+    found = re.fullmatch(r"step_(\d+)", Path(model).name)
+    return int(found.group(1)) if found else 0
+
+
+def group_of_checkpoint(model: str) -> str:
+    """The wandb group an evaluation of ``model`` joins: for a training checkpoint (``RUN/checkpoints/step_N``),
+    the training run's (its ``logging.run_name``, else RUN's name, as ``pacs train`` names it); else the model's
+    own name (a hub id, or a directory's name)."""
+    path = Path(model)
+    if path.parent.name == "checkpoints" and (path.parent.parent / "config.yaml").is_file():
+        run = path.parent.parent
+        logging = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("logging") or {}
+        return logging.get("run_name") or run.resolve().name
+    return path.resolve().name if path.exists() else str(model)
