@@ -53,6 +53,6 @@ def log_evaluation(metrics: dict, out: Path, mode: Mode, project: str = "pacs", 
         rows = [[int(k), v["mean"], v["ci_low"], v["ci_high"]] for k, v in metrics["pass_at_k"].items()]
         run.log({"pass_at_k": wandb.Table(columns=["k", "pass@k", "ci_low", "ci_high"], data=rows)})
         run.summary.update(summary(metrics))
-        return run.dir and str(Path(run.dir).parent)
+        return str(Path(run.dir).parent)
     finally:
         run.finish()
