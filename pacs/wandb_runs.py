@@ -43,7 +43,9 @@ def start_run(out: Path, mode: Mode, project: str, name: str, group: str | None,
     if replace:
         for earlier in (out / "wandb").glob(f"*run-*-{identity}"):
             shutil.rmtree(earlier)
-    return wandb.init(project=project, name=name, group=group, job_type=job_type, dir=out, mode=mode,
+    # an absolute dir: a process started from one that ran wandb inherits its service (WANDB_SERVICE), which
+    # would place a relative dir's transaction log under its own working directory
+    return wandb.init(project=project, name=name, group=group, job_type=job_type, dir=out.resolve(), mode=mode,
                       config=config, id=identity, resume="allow")  # fmt: skip
 
 

@@ -142,6 +142,15 @@ def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(tiny_mode
     quiet = tmp_path / "quiet"
     assert evaluate(tiny_model, data, quiet, *flags, "--n", 2, "--wandb", "disabled") == 0
     assert not (quiet / "wandb").exists() and (quiet / "metrics.json").exists()
+    # a process started from this one inherits its wandb service (WANDB_SERVICE, as the workflow's jobs under
+    # pytest do): a relative OUT, from another working directory, still holds its run
+    assert "WANDB_SERVICE" in os.environ
+    (tmp_path / "elsewhere").mkdir()
+    command = [sys.executable, "-m", "pacs.cli", "evaluate", "--model", str(tiny_model), "--data", str(data),
+               "--out", "relative", "--n", "2", *map(str, flags)]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path / "elsewhere", capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(wandb_runs(tmp_path / "elsewhere" / "relative")) == 1
 
 
 def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, toy_data, tmp_path):

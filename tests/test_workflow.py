@@ -4,6 +4,7 @@ the config changes, and a failing job."""
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -654,10 +655,12 @@ def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
 
 @pytest.mark.slow
 def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_model, tmp_path):
-    """GRPO for 80 steps under SLURM's shortest limit, one minute a job (here each job trains about 25 s of
-    it after its start-up, some 20 steps: four or five jobs): each job reads its end time from SLURM and stops in
-    time with a checkpoint, Snakemake submits the next, and unattended the run ends bitwise where the same run
-    does in one uninterrupted process (trained meanwhile, beside it)."""
+    """GRPO under SLURM's shortest limit, one minute a job (each job trains some 25 to 45 s of it after its
+    start-up): each job reads its end time from SLURM and stops in time with a checkpoint, Snakemake submits the
+    next, and unattended the run ends bitwise where the same run does in one uninterrupted process (trained
+    meanwhile, beside it). The run is 80 steps, or more on a machine whose preflight step (the slowest kind) would
+    let one job train them all: at least 120 s of preflight steps, so at least two jobs. wandb is off: the test is
+    about the segments (a job that ends its last step seconds before its limit could be killed in wandb's finish)."""
     workdir = tmp_path / "segments"
     workdir.mkdir()
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
@@ -665,7 +668,7 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     del config["models"]["tiny"]["build"]
     config["methods"] = {"grpo": config["methods"]["grpo"]}
     config = merged(config, {"train": {"trainer": {"total_steps": 80}, "checkpoint": {"save_every": 40},
-                                       "eval": {"every": 0}},
+                                       "eval": {"every": 0}, "logging": {"wandb": "disabled"}},
                              "eval": {"checkpoints": ["last"]},
                              "resources": {"train": {"max_runtime": 1}}})  # fmt: skip
     local = overlay(workdir / "segments.yaml", config)
@@ -678,11 +681,17 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", *data,
                            "--configfile", local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    step_s = json.loads((workdir / data[-1]).read_text())["step_s"]
+    config["train"]["trainer"]["total_steps"] = 40 * max(2, math.ceil(120 / step_s / 40))
+    overlay(workdir / "segments.yaml", config)  # the preflight's key leaves out total_steps: it is not run again
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n", "--configfile",
+                           local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 0 and "preflight_job" not in done.stdout, (done.stdout + done.stderr)[-3000:]
     run_config = "results/tiny/configs/run_tiny_grpo.yaml"
     reference = subprocess.Popen([sys.executable, "-m", "pacs.train", "--config", run_config, "--out",
                                   str(tmp_path / "reference")], cwd=workdir, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)  # fmt: skip
-    target = "results/tiny/runs/tiny/grpo/checkpoints/step_000080"
+    target = f"results/tiny/runs/tiny/grpo/checkpoints/step_{config['train']['trainer']['total_steps']:06d}"
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
                "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target, "--configfile", local]  # fmt: skip
     done = subprocess.run(["timeout", "-k", "30", "1500", *command], capture_output=True, text=True, env=env)
@@ -699,8 +708,8 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     for stop, start in zip(stops, starts[1:], strict=False):
         assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
         assert stop["time"] < stop_end(starts, stop)  # stopped before SLURM's end time, not killed at it
-    ours = load_file(run / "checkpoints/step_000080/model.safetensors")
-    theirs = load_file(tmp_path / "reference/checkpoints/step_000080/model.safetensors")
+    last = f"checkpoints/step_{config['train']['trainer']['total_steps']:06d}/model.safetensors"
+    ours, theirs = load_file(run / last), load_file(tmp_path / "reference" / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert (run / "logs" / "jobs.log").read_text().count("stopped early (time limit)") == len(starts) - 1
 
