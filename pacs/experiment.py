@@ -318,8 +318,8 @@ def eval_wandb(config: dict, runs: dict, evaluation: dict) -> dict:
     if run is not None:
         mode, project, group = run["logging"]["wandb"], run["logging"]["project"], run["logging"]["run_name"]
     else:
-        mode, project = wandb_logging(config).values()
-        group = f"{config['name']}-{e['model']}"
+        experiment = wandb_logging(config)
+        mode, project, group = experiment["mode"], experiment["project"], f"{config['name']}-{e['model']}"
     return {"mode": mode, "project": project, "group": group,
             "name": f"{config['name']}-{e['model']}-{e['method']}-step{int(e['step'])}-{e['benchmark']}",
             "config": {"experiment": config["name"], "model": e["model"], "method": e["method"],

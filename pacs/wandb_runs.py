@@ -2,7 +2,7 @@
 
 Training (``pacs train``) writes one run per run directory, resumed by every job of the run; an evaluation
 (``pacs evaluate``) one per evaluation directory; the report rule (``pacs report wandb``) one per experiment.
-Each lies under its directory's ``wandb/``; ``wandb sync DIR/wandb`` uploads it. A training run is grouped
+Each lies under its directory's ``wandb/``; ``wandb sync DIR/wandb/offline-run-*`` uploads it. A training run is grouped
 with its evaluations: its group is its name (``group_of_checkpoint`` finds it from a checkpoint's path).
 
 ``replace``: a rerun's run replaces the one an earlier run of the same job wrote, rather than adding a
