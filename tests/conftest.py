@@ -1,8 +1,11 @@
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl",
@@ -35,58 +38,68 @@ def vllm_installed() -> None:
         pytest.skip(message)
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """``build(out)`` run once per test run, however many pytest-xdist workers ask for ``name``: in the run's
+    shared temporary directory (the workers' common parent), under a file lock; the others wait for it and
+    read the same files. A build that failed is tried again by the next to ask, from an empty directory."""
+    root, worker = tmp_path_factory.getbasetemp(), os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and root.name.endswith(worker):  # not a pytest a worker's test started, which inherits the variable
+        root = root.parent  # .../pytest-N/popen-gwK: the parent is the run's, shared by its workers
+    out, done = root / "built" / name, root / "built" / f"{name}.done"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / "built" / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
+
+
+def _cli(*args) -> None:
+    from pacs.cli import main
+
+    assert main([str(a) for a in args]) == 0, args
+
+
 @pytest.fixture(scope="session")
 def prepared(shared_data, tmp_path_factory) -> Path:
     """The six real benchmarks as `pacs prepare-data --source local` writes them: NAME.parquet."""
-    from pacs.cli import main
     from pacs.data.sources import BENCHMARKS
 
-    out = tmp_path_factory.mktemp("prepared")
-    for name in BENCHMARKS:
-        args = ["--dataset", name, "--source", "local", "--data-dir", str(shared_data)]
-        assert main(["prepare-data", *args, "--out", str(out / f"{name}.parquet")]) == 0
-    return out
+    def build(out: Path) -> None:
+        for name in BENCHMARKS:
+            _cli("prepare-data", "--dataset", name, "--source", "local", "--data-dir", shared_data,
+                 "--out", out / f"{name}.parquet")  # fmt: skip
+
+    return built_once(tmp_path_factory, "prepared", build)
 
 
 @pytest.fixture(scope="session")
 def toy_data(tmp_path_factory) -> Path:
     """The toy task's train.parquet and heldout.parquet, as `pacs toy-data` writes them."""
-    from pacs.cli import main
-
-    out = tmp_path_factory.mktemp("toy")
-    assert main(["toy-data", "--out", str(out)]) == 0
-    return out
+    return built_once(tmp_path_factory, "toy", lambda out: _cli("toy-data", "--out", out))
 
 
 @pytest.fixture(scope="session")
 def tiny_model(toy_data, tmp_path_factory) -> Path:
     """A tiny Qwen2 warm-started on the toy task, built by `pacs tiny-model` (about a minute on 2 cores)."""
-    from pacs.cli import main
-
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    assert main(["tiny-model", "--data", str(toy_data), "--out", str(out)]) == 0
-    return out
+    build = lambda out: _cli("tiny-model", "--data", toy_data, "--out", out / "model")  # noqa: E731
+    return built_once(tmp_path_factory, "tiny", build) / "model"
 
 
 @pytest.fixture(scope="session")
 def toy_code_data(tmp_path_factory) -> Path:
     """The toy code task's train.parquet and heldout.parquet, as `pacs toy-data --task code` writes them."""
-    from pacs.cli import main
-
-    out = tmp_path_factory.mktemp("toy_code")
-    assert main(["toy-data", "--task", "code", "--out", str(out)]) == 0
-    return out
+    return built_once(tmp_path_factory, "toy_code", lambda out: _cli("toy-data", "--task", "code", "--out", out))
 
 
 @pytest.fixture(scope="session")
 def tiny_code_model(toy_code_data, tmp_path_factory) -> Path:
     """A tiny Qwen2 warm-started on the toy code task, its held-out programs checked in the sandbox (about 40 s
     on 2 cores)."""
-    from pacs.cli import main
-
-    out = tmp_path_factory.mktemp("tiny_code") / "model"
-    assert main(["tiny-model", "--data", str(toy_code_data), "--out", str(out)]) == 0
-    return out
+    build = lambda out: _cli("tiny-model", "--data", toy_code_data, "--out", out / "model")  # noqa: E731
+    return built_once(tmp_path_factory, "tiny_code", build) / "model"
 
 
 def write_run_config(path: Path, model: Path, data_dir: Path, **sections) -> Path:
@@ -117,18 +130,63 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
     from pacs.data.toy import toy_solution
     from pacs.models.tiny import TinyModelConfig, tiny_qwen2, train_tokenizer
 
-    train = read_prepared(toy_data / "train.parquet")
-    corpus = [m[0]["content"] for m in train["prompt"]] + [toy_solution(g) for g in train["ground_truth"]]
-    tokenizer = train_tokenizer(corpus + ["user\nassistant\n"], 512)
-    model = tiny_qwen2(tokenizer, TinyModelConfig())
-    out = tmp_path_factory.mktemp("raw") / "model"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    def build(out: Path) -> None:
+        train = read_prepared(toy_data / "train.parquet")
+        corpus = [m[0]["content"] for m in train["prompt"]] + [toy_solution(g) for g in train["ground_truth"]]
+        tokenizer = train_tokenizer(corpus + ["user\nassistant\n"], 512)
+        tiny_qwen2(tokenizer, TinyModelConfig()).save_pretrained(out / "model")
+        tokenizer.save_pretrained(out / "model")
+
+    return built_once(tmp_path_factory, "raw", build) / "model"
+
+
+# Under pytest-xdist (README's test command: two workers, `--dist loadgroup`, `--no-loadscope-reorder`) these
+# modules start first, slowest first (tests/README.md, "Time"): work started last decides when the run ends.
+FIRST = ("test_workflow.py", "test_generators.py", "test_evaluate.py", "test_train_loop.py", "test_distributed.py",
+         "test_learning.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
+SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that uses a module-scoped fixture joins its module's xdist group, so that one worker builds that
+    fixture once (a session-scoped one is ``built_once`` for all); ``FIRST``'s modules go first."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds}
+        if scopes & {"module", "package", "class"}:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    order = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
+
+
+_durations: dict[str, list] = {}  # nodeid -> [seconds of setup, call and teardown, {marks}]
 
 
 def pytest_runtest_logreport(report) -> None:
     """With ``PACS_TRACEBACKS_AT_ONCE=1`` a failure's traceback is printed as it happens, not in the summary at
-    the end: a GPU sitting's time limit may stop the suite before pytest prints one (tests/README.md)."""
+    the end: a GPU sitting's time limit may stop the suite before pytest prints one (tests/README.md). Each
+    test's time is summed for the summary's time per mark."""
     if report.failed and os.environ.get("PACS_TRACEBACKS_AT_ONCE") == "1":
         sys.stderr.write(f"\n{report.nodeid} ({report.when}):\n{report.longreprtext}\n")
+    entry = _durations.setdefault(report.nodeid, [0.0, set()])
+    entry[0] += report.duration
+    entry[1] |= {m for m in ("slow", "gpu") if m in report.keywords}
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The time per mark (slow, gpu, neither), summed over tests (workers run side by side: more than the wall
+    time), and any test over ``SLOW_S`` without the slow mark."""
+    if not _durations:
+        return
+    totals: dict[str, list] = {}
+    for seconds, marks in _durations.values():
+        total = totals.setdefault(",".join(sorted(marks)) or "unmarked", [0, 0.0])
+        total[0], total[1] = total[0] + 1, total[1] + seconds
+    write = terminalreporter.write_line
+    terminalreporter.section("time per mark")
+    for name, (count, seconds) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        write(f"{name}: {count} tests, {seconds:.0f} s")
+    unmarked = sorted((s, n) for n, (s, marks) in _durations.items() if s > SLOW_S and "slow" not in marks)
+    for seconds, nodeid in reversed(unmarked):
+        write(f"over {SLOW_S:.0f} s without the slow mark: {nodeid} ({seconds:.0f} s)")

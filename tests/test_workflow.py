@@ -4,7 +4,6 @@ the config changes, and a failing job."""
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import shutil
@@ -655,19 +654,21 @@ def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
 
 @pytest.mark.slow
 def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_model, tmp_path):
-    """GRPO under SLURM's shortest limit, one minute a job (each job trains some 25 to 45 s of it after its
-    start-up): each job reads its end time from SLURM and stops in time with a checkpoint, Snakemake submits the
-    next, and unattended the run ends bitwise where the same run does in one uninterrupted process (trained
-    meanwhile, beside it). The run is 80 steps, or more on a machine whose preflight step (the slowest kind) would
-    let one job train them all: at least 120 s of preflight steps, so at least two jobs. wandb is off: the test is
-    about the segments (a job that ends its last step seconds before its limit could be killed in wandb's finish)."""
+    """GRPO under SLURM's shortest limit, one minute a job, with a stop margin so large (``STOP_AFTER_A_STEP``)
+    that every job stops after its first step: each job reads its end time from SLURM and stops in time with a
+    checkpoint, Snakemake submits the next, and unattended the run of 3 steps (3 jobs, whatever the machine's
+    speed) ends bitwise where the same run does in one uninterrupted process (trained meanwhile, beside it).
+    When a step's time, measured, is weighed against the end time: tests/test_segments.py. wandb is off: the test
+    is about the segments (a job that ends its last step seconds before its limit could be killed in wandb's
+    finish)."""
     workdir = tmp_path / "segments"
     workdir.mkdir()
     config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
     config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
     del config["models"]["tiny"]["build"]
     config["methods"] = {"grpo": config["methods"]["grpo"]}
-    config = merged(config, {"train": {"trainer": {"total_steps": 80}, "checkpoint": {"save_every": 40},
+    config = merged(config, {"train": {"trainer": {"total_steps": 3},
+                                       "checkpoint": {"save_every": 40, "stop_margin": STOP_AFTER_A_STEP},
                                        "eval": {"every": 0}, "logging": {"wandb": "disabled"}},
                              "eval": {"checkpoints": ["last"]},
                              "resources": {"train": {"max_runtime": 1}}})  # fmt: skip
@@ -681,9 +682,6 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", *data,
                            "--configfile", local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    step_s = json.loads((workdir / data[-1]).read_text())["step_s"]
-    config["train"]["trainer"]["total_steps"] = 40 * max(2, math.ceil(120 / step_s / 40))
-    overlay(workdir / "segments.yaml", config)  # the preflight's key leaves out total_steps: it is not run again
     done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n", "--configfile",
                            local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == 0 and "preflight_job" not in done.stdout, (done.stdout + done.stderr)[-3000:]
@@ -701,7 +699,7 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     segments = read_segments(run)
     starts = [s for s in segments if s["event"] == "start"]
     stops = [s for s in segments if s["event"] == "stop"]
-    assert len(starts) >= 2 and len({s["slurm_job"] for s in starts}) == len(starts), segments
+    assert len(starts) == 3 and len({s["slurm_job"] for s in starts}) == len(starts), segments
     assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
     assert all(s["end_time"] for s in starts)  # read from SLURM
     assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
@@ -712,6 +710,11 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     ours, theirs = load_file(run / last), load_file(tmp_path / "reference" / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert (run / "logs" / "jobs.log").read_text().count("stopped early (time limit)") == len(starts) - 1
+
+
+# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
+# takes more than 10 ms, so 10,000 of them outlast the one-minute limit from the first step on
+STOP_AFTER_A_STEP = 10_000.0
 
 
 def stop_end(starts: list[dict], stop: dict) -> float:
