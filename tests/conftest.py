@@ -140,22 +140,17 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "raw", build) / "model"
 
 
-# Under pytest-xdist (README's test command: two workers, `--dist loadgroup`, `--no-loadscope-reorder`) these
-# modules start first, slowest first (tests/README.md, "Time"): work started last decides when the run ends.
+# Under pytest-xdist (README's test command: two workers, `--dist loadfile`, `--no-loadscope-reorder`) each module
+# runs whole on one worker (its module-scoped fixtures built once; the session-scoped ones are ``built_once`` for
+# both workers), and these modules start first, slowest first (tests/README.md, "Time"): a long module started
+# last would leave the other worker idle at the end.
 FIRST = ("test_workflow.py", "test_generators.py", "test_evaluate.py", "test_train_loop.py", "test_distributed.py",
          "test_learning.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
 SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """A test that uses a module-scoped fixture joins its module's xdist group, so that one worker builds that
-    fixture once (a session-scoped one is ``built_once`` for all); ``FIRST``'s modules go first."""
-    for item in items:
-        defs = getattr(item, "_fixtureinfo", None)
-        scopes = {d.scope for ds in (defs.name2fixturedefs.values() if defs else ()) for d in ds}
-        if scopes & {"module", "package", "class"}:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    """``FIRST``'s modules first, in its order; the others as collected."""
     order = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
 
