@@ -1,4 +1,4 @@
-"""Does the README's cluster install resolve? `python tests/resolve_cluster_install.py` (in README's test command).
+"""Does the README's cluster install resolve? `python tests/resolve_cluster_install.py` (tests/test_install.py runs it).
 
 `pip install torch==2.13.0 && pip install -e ".[gpu,slurm]"` (README, "Run it", the cluster's commands), as pip's
 resolver only: the package's dependencies and those extras, read from pyproject.toml, go to `pip install --dry-run

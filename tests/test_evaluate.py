@@ -178,6 +178,8 @@ def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, to
     assert metrics["pass_at_k"]["1"]["mean"] == accuracy["eval/accuracy"] > 0
 
 
+# slow: the only evaluation of a training run's checkpoint through vLLM (its engine's start-up)
+@pytest.mark.slow
 def test_a_training_checkpoint_is_evaluated(tiny_model, toy_data, vllm_config, tmp_path):
     """A checkpoint as the trainer writes it loads in vLLM, the default engine (eager: compiling would double the
     time without testing more)."""
@@ -232,6 +234,8 @@ def run_both(model, data, tmp_path, config, *flags) -> tuple[pd.DataFrame, pd.Da
     return outs["hf"], outs["vllm"]
 
 
+# slow: two evaluations of a real benchmark, one per engine: the engines' greedy agreement on real prompts
+@pytest.mark.slow
 def test_vllm_and_transformers_agree_greedily_on_a_real_benchmark_subset(
     vllm_config, tiny_model, math500_subset, tmp_path
 ):

@@ -88,6 +88,8 @@ def beside(tiny_model, toy_data, tmp_path_factory):
     return config, directory / "whole"
 
 
+# slow: its fixture is the one uninterrupted run beside a generator that the kill tests resume to
+@pytest.mark.slow
 def test_a_generator_rank_samples_step_t_with_the_weights_after_update_t_minus_1(beside, tiny_model):
     config, out = beside
     records = read_metrics(out / "metrics.jsonl")[1:]

@@ -52,6 +52,8 @@ def assert_counts_are_the_rewards(record: dict, verdicts: list, samples: int) ->
     assert "verifier/correct" not in record  # math's statuses are not a code run's
 
 
+# slow: the only training on sandboxed code rewards (and the tiny code model it needs)
+@pytest.mark.slow
 def test_pacs_trains_on_toy_code_with_sandboxed_rewards(tiny_code_model, toy_code_data, tmp_path, monkeypatch):
     trainer = {"total_steps": 4, "batch_size": PROMPTS, "mini_batch_size": PROMPTS, "micro_batch_size": 8}
     records, calls = train_on_code(tiny_code_model, toy_code_data, tmp_path, monkeypatch, trainer=trainer,

@@ -84,6 +84,8 @@ def whole_run(vllm_config, tmp_path_factory):
     return out
 
 
+# slow: its fixtures are the two vLLM runs (killed and resumed, uninterrupted) the module's tests share
+@pytest.mark.slow
 def test_a_killed_vllm_run_ends_bitwise_where_an_uninterrupted_one_does(resumed_run, whole_run):
     """On CPU the in-process engine's sampling noise comes from the global torch RNG, seeded for each
     step: the resumed steps draw the same samples from the same weights."""
