@@ -248,6 +248,8 @@ def test_vllm_and_transformers_agree_greedily_on_a_real_benchmark_subset(
     assert vllm["status"].tolist() == hf["status"].tolist()
 
 
+# slow: 200 problems × 8 samples per engine, the most that tells their distributions apart from noise
+@pytest.mark.slow
 def test_vllm_samples_from_the_same_distribution(vllm_config, tiny_model, toy_data, tmp_path):
     """n = 8 samples of 200 problems at the paper's temperature and top_p: the two engines' pass@1 agree
     within sampling noise (its standard error here is about 0.012)."""
