@@ -652,6 +652,11 @@ def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
         assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran
 
 
+# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
+# takes more than a millisecond, so a million of them outlast the three-minute limit from the first step on
+STOP_AFTER_A_STEP = 1e6
+
+
 @pytest.mark.slow
 def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_model, tmp_path):
     """GRPO under a SLURM time limit of three minutes a job, with a stop margin so large (``STOP_AFTER_A_STEP``)
@@ -711,11 +716,6 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
     ours, theirs = load_file(run / last), load_file(tmp_path / "reference" / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert (run / "logs" / "jobs.log").read_text().count("stopped early (time limit)") == len(starts) - 1
-
-
-# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
-# takes more than a millisecond, so a million of them outlast the three-minute limit from the first step on
-STOP_AFTER_A_STEP = 1e6
 
 
 def stop_end(starts: list[dict], stop: dict) -> float:
