@@ -8,6 +8,15 @@ import pytest
 from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Threads per process: the machine's cores shared among pytest-xdist's workers (README's test command runs two), so
+# that two workers' processes never start a thread per core each. Oversubscribed, OpenMP's parallel regions wait
+# on a thread that is not running: a 40-step training test (tests/test_learning.py) took 178 s beside the other
+# worker with two threads, 26 s alone. Set before torch is imported here; every child process (the CLI, torchrun's
+# ranks, Snakemake's jobs, which set their rule's own count) inherits it. helpers.threads() reads it.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
 DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl",
               "beyondaime.jsonl", "deepscaler_subset803.json")  # fmt: skip
 
@@ -145,7 +154,8 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
 # both workers), and these modules start first, slowest first (tests/README.md, "Time"): a long module started
 # last would leave the other worker idle at the end.
 FIRST = ("test_workflow.py", "test_generators.py", "test_evaluate.py", "test_train_loop.py", "test_distributed.py",
-         "test_learning.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
+         "test_learning.py", "test_workflow_dag.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py",
+         "test_train_fsdp.py")
 SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
 
 

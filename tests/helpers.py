@@ -37,6 +37,12 @@ N = 4
 EXPECTED_ROWS = {"math500": 500, "amc23": 40, "aime2024": 30, "aime2025": 30, "gsm8k": 1319, "beyondaime": 100}
 
 
+def threads() -> str:
+    """OMP_NUM_THREADS for a test's training process: the share of the cores conftest gives each pytest-xdist
+    worker, else 2 (this machine's and CI's cores)."""
+    return os.environ.get("OMP_NUM_THREADS", "2")
+
+
 def fixed_batch(model_path, data_dir, prompts: int = 8, seed: int = 0):
     """Sampled completions with rewards alternating within groups, so that every group has both classes."""
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -313,7 +319,7 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
     from pacs.rollout.vllm import VLLMEngine, VLLMOptions
     from pacs.train.rollouts import logprob_gap, push_weights, sampled_logprobs
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(threads()))
     tokenizer = AutoTokenizer.from_pretrained(trained)
     policy = AutoModelForCausalLM.from_pretrained(trained, dtype=torch.float32)
     stops = stop_token_ids(policy.generation_config, tokenizer)

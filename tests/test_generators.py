@@ -115,6 +115,8 @@ def generator_pid(launcher: int) -> int:
     raise AssertionError("no generator rank found")
 
 
+# slow: two kills and two resumes of a 3-process job: the whole job killed, and its generator rank killed alone
+@pytest.mark.slow
 def test_a_killed_job_and_a_generator_killed_alone_resume_bitwise(beside, tmp_path):
     """SIGKILL of the whole job after step 2 (the generator sampling step 3 while the trainer updates), and of
     the generator alone: each run, restarted, ends with the uninterrupted run's weights and rewards."""
@@ -143,6 +145,9 @@ def test_a_killed_job_and_a_generator_killed_alone_resume_bitwise(beside, tmp_pa
     assert rewards(alone) == rewards(whole)
 
 
+# slow: a whole run and a stopped and resumed one of 3 processes: SLURM's warning signal to every process of a
+# job with a generator rank, two batches in flight
+@pytest.mark.slow
 def test_two_steps_off_stopped_by_the_segment_signal_resumes_bitwise(tiny_model, toy_data, tmp_path):
     """Staleness 2 beside a generator: SLURM's warning signal (SIGUSR1, to every process of the job) stops the
     trainers after the step, saved with its two batches in flight, while the generator samples on; the job

@@ -23,6 +23,7 @@ import sys
 
 import pytest
 import yaml
+from helpers import threads
 
 from pacs.bench.train import VARIANTS, bench_config
 
@@ -49,7 +50,7 @@ def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path,
     config.write_text(
         yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0, engine=engine))
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": threads()}
     out = tmp_path / run
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import read_wandb_run, run_until_killed, wandb_runs
+from helpers import read_wandb_run, run_until_killed, threads, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,7 +33,7 @@ STEP_KEYS = {
 
 def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
     """`python -m pacs.train` in a subprocess; optionally SIGKILLed once metrics.jsonl shows ``kill_after_step``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "OMP_NUM_THREADS": threads()}
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
     if kill_after_step is None:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -204,7 +204,7 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     continues and ends where an uninterrupted run does."""
     out, metrics = tmp_path / "stopped", tmp_path / "stopped" / "metrics.jsonl"
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
-    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "2"}, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": threads()}, stdout=subprocess.PIPE, text=True)
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
         assert process.poll() is None, "the run ended before its first step was logged"
         time.sleep(0.2)

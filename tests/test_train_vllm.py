@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import run_until_killed
+from helpers import run_until_killed, threads
 from safetensors.torch import load_file
 
 from pacs.rollout import Completion
@@ -52,7 +52,7 @@ def train_command(config: Path, out: Path, patch: str = "") -> list[str]:
 
 
 def env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(TESTS)}
+    return {**os.environ, "OMP_NUM_THREADS": threads(), "PYTHONPATH": str(TESTS)}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,204 @@
+"""The Snakemake workflow's DAG and parse, without the tiny experiment: lint, the paper's dry runs (v1, v2 and
+its overlays), a config that cannot fit its GPUs or names a bad key, a failing job, and a preflight that stops
+the workflow before training. A module apart from tests/test_workflow.py so that pytest-xdist runs it on the
+other worker, beside the tiny experiment."""
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from workflow_runs import REPO, TINY, job_counts, overlay, place_built, snakemake
+
+from pacs.train.config import load_run_config
+
+
+def test_lint_is_clean():
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "Lints for" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_paper_dry_run(tmp_path):
+    done = snakemake(tmp_path, "-n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 5,  # deepscaler and four benchmarks
+        "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
+        "train_policy": 10,  # 2 models × 5 methods
+        "evaluate_model": 48,  # 2 models × (base + 5 runs) × 4 benchmarks
+        "collect_pass_at_k": 1,
+        "make_tables": 1,
+        "make_figures": 1,
+        "write_report": 1,
+        "log_results_to_wandb": 1,  # wandb offline, the default
+        "all": 1,
+    }
+    run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
+    assert run["algorithm"] == {"name": "pacs", "options": {**run["algorithm"]["options"], "beta": 2.0}}
+    assert (
+        run["trainer"]["batch_size"] == 1024
+        and run["optim"]["lr"] == 1e-6
+        and run["model"]["path"] == "Qwen/Qwen2.5-7B"
+    )
+    assert yaml.safe_load((tmp_path / "results/paper/configs/eval_aime2024.yaml").read_text())["n"] == 256
+    # the plan: printed, written, and the GPU rules' runtimes (the config sets none for them) taken from it
+    plan = (tmp_path / "results/paper/plan.md").read_text()
+    assert plan in done.stderr and "| train/qwen2.5-7b/pacs | 8 |" in plan
+    runtime = int(re.search(r"\| train/qwen2.5-7b/pacs \|(?:[^|]*\|){8} (\d+) \|", plan).group(1))
+    job = done.stdout.split("wildcards: model=qwen2.5-7b, method=pacs, step=000300")[1].split("\n")[1]
+    assert f"runtime={runtime}," in job and "gpu=8" in job
+    preflight = done.stdout.split("wildcards: shape=qwen2.5-7b_pacs")[1].split("\n")[1]
+    assert "runtime=30," in preflight and "gpu=8" in preflight  # the training job's GPUs, preflight.runtime
+
+
+def test_the_paper_v2_dry_run(tmp_path):
+    """config/paper_v2.yaml plans v2's experiment: 6 datasets (BeyondAIME too), 2 models × 4 methods trained
+    for 120 and 320 steps, every 20th checkpoint and the base models evaluated on 5 benchmarks; its prompts
+    carry v2's system message and Qwen3's thinking switch; PACS resets its reference every 20 steps."""
+    done = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "config/paper_v2.yaml"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20))  # benchmarks × (bases + runs × checkpoints)
+    evaluations += 2 * (1 + 4) + 7 * 5  # Figure 6: Qwen3-8B's base and 4 runs × 2; Table 1: 7 released × 5
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 8,  # with LiveCodeBench and GPQA
+        "preflight_job": 6,  # PACS w/o weight shares PACS's
+        "train_policy": 8,
+        "evaluate_model": evaluations,
+        "measure_diversity": 4,  # Table 3: 2 models × AIME 2024 and 2025
+        "collect_pass_at_k": 1,
+        "make_tables": 1,
+        "make_figures": 1,
+        "write_report": 1,
+        "log_results_to_wandb": 1,  # wandb offline, the default
+        "all": 1,
+    }
+    configs = tmp_path / "results/paper_v2/configs"
+    runs = {p.stem[4:]: yaml.safe_load(p.read_text()) for p in configs.glob("run_*.yaml")}
+    assert {k: r["trainer"]["total_steps"] for k, r in runs.items()} == {
+        f"qwen3-{size}_{method}": steps
+        for size, steps in (("4b", 120), ("8b", 320))
+        for method in ("ppo", "grpo", "pacs", "pacs_no_weight")
+    }
+    pacs = runs["qwen3-8b_pacs"]
+    assert (
+        pacs["algorithm"]["options"]["reward_proxy"] == "reference" and pacs["trainer"]["reference_reset_every"] == 20
+    )
+    assert runs["qwen3-8b_grpo"]["trainer"]["reference_reset_every"] is None
+    assert (pacs["model"]["path"], pacs["rollout"]["max_response_length"], pacs["data"]["max_prompt_length"]) == (
+        "Qwen/Qwen3-8B", 8192, 1024)  # fmt: skip
+    assert pacs["data"]["chat_template_kwargs"] == {"enable_thinking": True} and pacs["optim"]["critic_lr"] == 1e-5
+    settings = yaml.safe_load((configs / "eval_beyondaime.yaml").read_text())
+    assert (settings["n"], settings["max_tokens"], settings["chat_template_kwargs"]) == (
+        128,
+        8192,
+        {"enable_thinking": True},
+    )
+    assert "--dataset beyondaime --source hub --system-prompt 'You are a helpful assistant.'" in done.stdout
+    manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
+    assert manifest["paper"] == "v2" and "H200" in (tmp_path / "results/paper_v2/plan.md").read_text()
+    assert "--start-date 2024-07-01 --end-date 2025-01-01 --prompt-style glm_cot" in done.stdout.split(
+        "--dataset livecodebench --source hub --system-prompt 'You are a helpful assistant.'")[1].split("\n")[0]
+    code = yaml.safe_load((configs / "eval_livecodebench.yaml").read_text())
+    assert (code["n"], code["code"]["grading"]) == (2, "glm45")
+    assert manifest["benchmarks"]["livecodebench"]["label"] == "LiveCodeBench (GLM-4.5's grader)"
+    assert manifest["benchmarks"]["gpqa"]["label"] == "GPQA Diamond"
+    assert manifest["benchmarks"]["gpqa"]["out_of_domain"]
+    released = {"qwen3-14b", "deepthought-8b", "eurus-2-7b-prime", "limo", "marco-o1", "openthinker3-7b", "sky-t1-7b"}
+    assert {m for m, s in manifest["models"].items() if s["released"]} == released
+    assert (configs / "eval_beyondaime_limo.yaml").is_file() and "--model GAIR/LIMO" in done.stdout
+    assert "--model Qwen/Qwen3-Embedding-0.6B --embed response" in done.stdout
+    assert [(d["model"], d["benchmark"]) for d in manifest["diversity"]][:2] == [("qwen3-4b", "aime2024"),
+                                                                                  ("qwen3-8b", "aime2024")]  # fmt: skip
+
+
+def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
+    """config/paper_v2_ablations.yaml adds Figure 4's β sweep and Tables 9–13's two score functions on Qwen3-4B:
+    6 runs more (β = 1 is the experiment's PACS), each evaluated at its last checkpoint on the 5 benchmarks, and
+    their preflight shared with PACS's; the plan counts their GPU-hours."""
+    files = [str(REPO / "config/paper_v2.yaml"), str(REPO / "config/paper_v2_ablations.yaml")]
+    done = snakemake(tmp_path, "-n", "--configfile", *files)
+    assert done.returncode == 0, done.stderr[-3000:]
+    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5
+    assert job_counts(done.stdout + done.stderr) == {
+        "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6 * 5,
+        "measure_diversity": 4, "collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
+        "log_results_to_wandb": 1, "all": 1}  # fmt: skip
+    plan = (tmp_path / "results/paper_v2/plan.md").read_text()
+    for method in ("pacs_beta_0.1", "pacs_beta_10", "pacs_grpo_score", "pacs_drgrpo_score"):
+        assert f"| train/qwen3-4b/{method} | 8 |" in plan and f"train/qwen3-8b/{method}" not in plan
+    manifest = json.loads((tmp_path / "results/paper_v2/report/manifest.json").read_text())
+    assert manifest["methods"]["pacs"]["sweep"]["value"] == 1.0  # drawn on the β axis
+
+
+def test_the_one_step_off_overlay_adds_v2_pacs_trained_one_step_off(tmp_path):
+    """config/one_step_off.yaml: one run more on Qwen3-4B, v2's PACS with rollout.staleness 1 and the truncated
+    ratio the staleness requires, evaluated at the checkpoints PACS is (Figure 3's, every 20 steps)."""
+    files = [str(REPO / "config/paper_v2.yaml"), str(REPO / "config/one_step_off.yaml")]
+    done = snakemake(tmp_path, "-n", "--configfile", *files)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = job_counts(done.stdout + done.stderr)
+    v2 = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5  # the experiment's own (above)
+    assert counts["train_policy"] == 8 + 1 and counts["evaluate_model"] == v2 + 5 * (120 // 20)
+    run = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs_one_step_off.yaml")
+    pacs = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs.yaml")
+    assert run.rollout.staleness == 1 and run.algorithm.options["tis_cap"] == 2.0
+    same = dict(rollout=pacs.rollout, algorithm=pacs.algorithm, logging=pacs.logging)  # the run's name aside
+    assert dataclasses.replace(run, **same) == pacs  # nothing else differs
+    assert "| train/qwen3-4b/pacs_one_step_off | 8 |" in (tmp_path / "results/paper_v2/plan.md").read_text()
+
+
+def test_a_config_that_cannot_fit_its_gpus_stops_the_parse(tmp_path):
+    ddp = overlay(tmp_path / "ddp.yaml", {"train": {"trainer": {"strategy": "ddp", "compute_dtype": None}}})
+    done = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/config.yaml"), ddp)
+    assert done.returncode != 0
+    assert "train/qwen2.5-7b/pacs: the update phase needs" in done.stderr
+    assert "train (or methods.pacs.train).trainer.strategy fsdp" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ({"data": {"sourc": "hub"}}, "sourc"),  # the schema
+        ({"train": {"optim": {"lrr": 1.0}}}, "optim.lrr"),  # pacs's run-config loader, at parse time
+        ({"eval": {"settings": {"top_p": "high"}}}, "top_p"),
+    ],
+)
+def test_a_bad_config_key_is_an_error_naming_it(tmp_path, bad, named):
+    done = snakemake(tmp_path, "-n", "--configfile", *TINY, overlay(tmp_path / "bad.yaml", bad))
+    assert done.returncode != 0 and named in done.stdout + done.stderr
+
+
+def test_a_failed_job_fails_the_workflow_and_names_its_log(tmp_path):
+    bad = overlay(tmp_path / "bad.yaml", {"data": {"source": "local", "local_dir": str(tmp_path / "nowhere")}})
+    target = "results/tiny/data/gsm8k.parquet"  # before --configfile, which takes every argument after it
+    done = snakemake(tmp_path, "--cores", "1", target, "--configfile", *TINY, bad)
+    assert done.returncode != 0
+    log = "results/tiny/logs/prepare_dataset/gsm8k.log"
+    assert log in done.stdout + done.stderr
+    assert "gsm8k_test.jsonl: no such file" in (tmp_path / log).read_text()
+
+
+@pytest.mark.slow
+def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(tiny_model, toy_data, tmp_path):
+    """The tiny config planned for a device of 0.3 GB (a calibration file): the plan's estimate fits, but the
+    preflight measures more, fails naming the run, the measurement and the keys to change, and the run's
+    training never starts."""
+    place_built(tmp_path, toy_data, tiny_model)
+    calibration = tmp_path / "small.json"
+    calibration.write_text(json.dumps({"gpu": "0.3 GB device", "memory_bytes": 300_000_000, "overhead_bytes": 0,
+                                       "vllm_overhead_bytes": 0}))  # fmt: skip
+    small = overlay(tmp_path / "small.yaml", {"plan": {"calibration": str(calibration)}})
+    target = "results/tiny/runs/tiny/pacs/checkpoints/step_000040"
+    done = snakemake(tmp_path, "--cores", "2", target, "--configfile", str(REPO / "config" / "tiny.yaml"), small)
+    assert done.returncode != 0 and "preflight_job" in done.stdout + done.stderr
+    log = (tmp_path / "results/tiny/logs/preflight/tiny_pacs.log").read_text()
+    assert re.search(r"FAILED: train/tiny/pacs: rank 0 peaked at [\d.]+ GB resident \(the process\) in the "
+                     r"(generate|no_grad|update) phase \(the plan's largest parts of it: [^)]*\) .* more than the "
+                     r"0.3 GB of a 0.3 GB device \(the plan estimated [\d.]+ GB\); change "
+                     r"train \(or methods.pacs.train\)\.\w+\.", log), log[-3000:]  # fmt: skip
+    assert "build_tiny_model" not in done.stdout + done.stderr  # placed, not built again
+    assert not (tmp_path / "results/tiny/runs").exists()
+    assert not (tmp_path / "results/tiny/preflight/tiny_pacs/preflight.json").exists()

@@ -1,0 +1,96 @@
+"""Snakemake runs of the repository's workflow, for tests/test_workflow.py (the tiny experiment, locally and
+through SLURM) and tests/test_workflow_dag.py (lint, dry runs, bad configs, failing jobs): the command and its
+environment, a run started now and awaited later, config overlays, a dry run's job counts, and the session's
+toy data and tiny model placed where the workflow builds them."""
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yaml")]
+VLLM = str(REPO / "config" / "tiny_vllm.yaml")  # PACS with vLLM rollouts: the local run only, not SLURM's
+
+
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """snakemake on the repository's Snakefile with ``workdir`` as its working directory (results/ there)."""
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+
+
+def venv_env(**extra: str) -> dict[str, str]:
+    """This environment with this Python's bin first on PATH (rules call `pacs`), and ``extra``."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra}
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, timeout=timeout,
+                          env=venv_env())  # fmt: skip
+
+
+class Started:
+    """A command started now and awaited later (``result``), its output in files rather than pipes that could
+    fill: runs that mostly wait (on SLURM's polling, on each other's jobs) go side by side. ``timeout -k``
+    ends it, and whatever it started in its process group, past ``timeout_s``."""
+
+    def __init__(self, command: list[str], log: Path, env: dict, timeout_s: int, cwd: Path | None = None):
+        self.out, self.err = open(log.with_suffix(".out"), "w+"), open(log.with_suffix(".err"), "w+")
+        self.proc = subprocess.Popen(["timeout", "-k", "30", str(timeout_s), *command], stdout=self.out,
+                                     stderr=self.err, text=True, env=env, cwd=cwd)  # fmt: skip
+
+    def result(self) -> subprocess.CompletedProcess:
+        code = self.proc.wait()
+        outputs = []
+        for f in (self.out, self.err):
+            f.seek(0)
+            outputs.append(f.read())
+        return subprocess.CompletedProcess(self.proc.args, code, *outputs)
+
+    def stop(self) -> None:
+        """End it if it still runs (a test before its wait failed): timeout leads its process group."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=60)
+        self.out.close()
+        self.err.close()
+
+
+def overlay(path: Path, data: dict) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def merged(base: dict, extra: dict) -> dict:
+    """``extra`` merged into ``base`` key by key, as Snakemake merges config files."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table of a dry run: {rule: jobs}."""
+    if "Nothing to be done" in output:
+        return {}
+    table = output.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def place_built(workdir: Path, toy_data: Path, tiny_model: Path) -> None:
+    """The workflow's toy data and tiny model in ``workdir``, as if built there already: the session's own
+    (``pacs tiny-model`` builds the same weights as the workflow's rule), copied with their times (the model
+    newer than its data), so that Snakemake builds neither again."""
+    data = workdir / "results" / "tiny" / "data"
+    data.mkdir(parents=True)
+    for split in ("train", "heldout"):
+        shutil.copy2(toy_data / f"{split}.parquet", data / f"toy_{split}.parquet")
+    shutil.copytree(tiny_model, workdir / "results" / "tiny" / "models" / "tiny")
