@@ -19,6 +19,7 @@ from helpers import read_wandb_run, wandb_runs, wandb_table
 from safetensors.torch import load_file
 from workflow_runs import (
     REPO,
+    REPORT_JOBS,
     TINY,
     VLLM,
     Started,
@@ -27,7 +28,7 @@ from workflow_runs import (
     overlay,
     place_built,
     snakemake,
-    snakemake_command,  # fmt: skip
+    snakemake_command,
     venv_env,
 )
 
@@ -363,9 +364,7 @@ def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, chan
     workdir = tmp_path / "copy"
     shutil.copytree(tiny_run, workdir, symlinks=True)  # copy2 keeps mtimes: the copy is up to date
     done = snakemake(workdir, "-n", "--configfile", *configfiles(workdir, change))
-    reports = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
-               "log_results_to_wandb": 1, "all": 1}  # fmt: skip
-    assert job_counts(done.stdout + done.stderr) == {**expected, **reports}
+    assert job_counts(done.stdout + done.stderr) == {**expected, **REPORT_JOBS}
 
 
 @pytest.mark.slow
@@ -420,25 +419,24 @@ def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(sl
                              "eval": {"checkpoints": ["last"]},
                              "resources": {"train": {"max_runtime": 3}}})  # fmt: skip
     local = overlay(workdir / "segments.yaml", config)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "SBATCH_PARTITION": "debug", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = venv_env(SBATCH_PARTITION="debug", OMP_NUM_THREADS="1")
     # the data and the run's preflight here, outside SLURM: the preflight is one job of its own, which under the
     # job's limit would be timed against the machine's load (it took 63 s once, beside the reference run)
     data = [f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout")]
     data.append("results/tiny/preflight/tiny_grpo/preflight.json")
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", *data,
-                           "--configfile", local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
+    done = subprocess.run(snakemake_command(workdir, "--cores", "1", *data, "--configfile", local), capture_output=True,
+                          text=True, env=env)  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n", "--configfile",
-                           local], cwd=workdir, capture_output=True, text=True, env=env)  # fmt: skip
+    done = subprocess.run(snakemake_command(workdir, "-n", "--configfile", local), capture_output=True, text=True,
+                          env=env)  # fmt: skip
     assert done.returncode == 0 and "preflight_job" not in done.stdout, (done.stdout + done.stderr)[-3000:]
     run_config = "results/tiny/configs/run_tiny_grpo.yaml"
     reference = subprocess.Popen([sys.executable, "-m", "pacs.train", "--config", run_config, "--out",
                                   str(tmp_path / "reference")], cwd=workdir, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)  # fmt: skip
     target = f"results/tiny/runs/tiny/grpo/checkpoints/step_{config['train']['trainer']['total_steps']:06d}"
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target, "--configfile", local]  # fmt: skip
+    command = snakemake_command(workdir, "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target,
+                                "--configfile", local)  # fmt: skip
     done = subprocess.run(["timeout", "-k", "30", "1500", *command], capture_output=True, text=True, env=env)
     assert reference.wait(timeout=900) == 0
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]

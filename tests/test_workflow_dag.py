@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from workflow_runs import REPO, TINY, job_counts, overlay, place_built, snakemake
+from workflow_runs import REPO, REPORT_JOBS, TINY, job_counts, overlay, place_built, snakemake
 
 from pacs.train.config import load_run_config
 
@@ -29,12 +29,7 @@ def test_the_paper_dry_run(tmp_path):
         "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
         "train_policy": 10,  # 2 models × 5 methods
         "evaluate_model": 48,  # 2 models × (base + 5 runs) × 4 benchmarks
-        "collect_pass_at_k": 1,
-        "make_tables": 1,
-        "make_figures": 1,
-        "write_report": 1,
-        "log_results_to_wandb": 1,  # wandb offline, the default
-        "all": 1,
+        **REPORT_JOBS,
     }
     run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
     assert run["algorithm"] == {"name": "pacs", "options": {**run["algorithm"]["options"], "beta": 2.0}}
@@ -68,12 +63,7 @@ def test_the_paper_v2_dry_run(tmp_path):
         "train_policy": 8,
         "evaluate_model": evaluations,
         "measure_diversity": 4,  # Table 3: 2 models × AIME 2024 and 2025
-        "collect_pass_at_k": 1,
-        "make_tables": 1,
-        "make_figures": 1,
-        "write_report": 1,
-        "log_results_to_wandb": 1,  # wandb offline, the default
-        "all": 1,
+        **REPORT_JOBS,
     }
     configs = tmp_path / "results/paper_v2/configs"
     runs = {p.stem[4:]: yaml.safe_load(p.read_text()) for p in configs.glob("run_*.yaml")}
@@ -124,8 +114,7 @@ def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
     evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5
     assert job_counts(done.stdout + done.stderr) == {
         "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6 * 5,
-        "measure_diversity": 4, "collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
-        "log_results_to_wandb": 1, "all": 1}  # fmt: skip
+        "measure_diversity": 4, **REPORT_JOBS}  # fmt: skip
     plan = (tmp_path / "results/paper_v2/plan.md").read_text()
     for method in ("pacs_beta_0.1", "pacs_beta_10", "pacs_grpo_score", "pacs_drgrpo_score"):
         assert f"| train/qwen3-4b/{method} | 8 |" in plan and f"train/qwen3-8b/{method}" not in plan

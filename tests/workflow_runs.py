@@ -77,6 +77,12 @@ def merged(base: dict, extra: dict) -> dict:
     return out
 
 
+# What every full run ends with, once each: pass@k collected, the tables, figures and report, their wandb run
+# (wandb offline, the default), and `all`
+REPORT_JOBS = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
+               "log_results_to_wandb": 1, "all": 1}  # fmt: skip
+
+
 def job_counts(output: str) -> dict[str, int]:
     """The "Job stats" table of a dry run: {rule: jobs}."""
     if "Nothing to be done" in output:
