@@ -409,7 +409,7 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
     import hashlib
     import json
 
-    from pacs.algorithms import get_objective
+    from pacs.algorithms.options import get_algorithm
     from pacs.plan.memory import PHASES
 
     cal, steps = plan.calibration, int((config.get("preflight") or {}).get("steps", 2))
@@ -419,8 +419,8 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
     keys: dict[str, str] = {}
     for (model, method), run in runs.items():
         name = f"train/{model}/{method}"
-        objective = get_objective(run["algorithm"]["name"])
-        needs = objective.needs(from_dict(objective.config, run["algorithm"]["options"], "algorithm.options"))
+        algorithm = get_algorithm(run["algorithm"]["name"])
+        needs = algorithm.needs(from_dict(algorithm.options, run["algorithm"]["options"], "algorithm.options"))
         shape = {}
         for section, value in run.items():
             ignored = PREFLIGHT_IGNORED.get(section, ())

@@ -15,7 +15,7 @@ import torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from pacs.algorithms import get_objective
+from pacs.algorithms.objectives import get_objective
 from pacs.config import from_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.models.tiny import eos_token_ids

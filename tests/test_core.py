@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from pacs.algorithms.core import (
-    PolicyLossConfig,
     aggregate_loss,
     kl_penalty,
     masked_mean,
@@ -12,6 +11,7 @@ from pacs.algorithms.core import (
     policy_loss,
     ppo_clip_loss,
 )
+from pacs.algorithms.options import PolicyLossConfig
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 99.0], [4.0, 5.0, -7.0, -7.0]])
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])

@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_objectives import N, synthetic_batch
 
-from pacs.algorithms import OBJECTIVES, get_objective
 from pacs.algorithms.correction import truncated_importance_weights
+from pacs.algorithms.objectives import OBJECTIVES, get_objective
 from pacs.config import ConfigError
 from pacs.train.config import resolve
 

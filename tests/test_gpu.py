@@ -338,7 +338,7 @@ def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict
     import torch.distributed as dist
     from helpers import N, ragged_batch
 
-    from pacs.algorithms import get_objective
+    from pacs.algorithms.objectives import get_objective
     from pacs.train.config import objective_config, resolve
     from pacs.train.distributed import full_tensors, init_distributed
     from pacs.train.loop import prepare_whole_batch, score_batch, update_models
@@ -498,7 +498,7 @@ def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
     4 on ``device``, each pass run through ``check``; the update's metric sums."""
     from test_logprobs import _grouped_batch, _small_qwen2
 
-    from pacs.algorithms import get_objective
+    from pacs.algorithms.objectives import get_objective
     from pacs.train.batch import token_logprobs
     from pacs.train.distributed import DistEnv
     from pacs.train.logprobs import PolicyScorer

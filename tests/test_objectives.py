@@ -1,10 +1,9 @@
 import pytest
 import torch
 
-from pacs.algorithms import OBJECTIVES, get_objective
-from pacs.algorithms.grpo import GrpoConfig
-from pacs.algorithms.pacs import PacsConfig
-from pacs.algorithms.ppo import PpoConfig, clipped_value_loss
+from pacs.algorithms.objectives import OBJECTIVES, get_objective
+from pacs.algorithms.options import GrpoConfig, PacsConfig, PpoConfig
+from pacs.algorithms.ppo import clipped_value_loss
 
 N, B, T = 4, 8, 5
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from pacs.algorithms.advantages import rloo_scores
-from pacs.algorithms.pacs import PacsConfig, class_balanced_weights, pacs_loss, pacs_reward_proxy
+from pacs.algorithms.options import PacsConfig
+from pacs.algorithms.pacs import class_balanced_weights, pacs_loss, pacs_reward_proxy
 
 # two prompts × n = 4 answers, 3 response tokens, the last token padding in rows 1 and 5
 N = 4

@@ -1,6 +1,9 @@
-"""The package's structure: no import circles in pacs/, counting the imports made inside functions too."""
+"""The package's structure: no import circles in pacs/, counting the imports made inside functions too; what
+the workflow and the launchers import leaves torch out."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pacs
@@ -77,3 +80,16 @@ def test_no_module_of_pacs_imports_itself_back():
     assert graph["pacs.cli.main"] >= {"pacs.cli.bench", "pacs.cli.train"}  # the resolution reads submodules
     assert "pacs.plan.jobs" in graph["pacs.experiment"]  # and imports inside functions
     assert circles(graph) == []
+
+
+# what the Snakefile imports (workflow/rules/common.smk), and the launchers of a training job: every Snakemake
+# process (each job's on a cluster too) and every launcher would otherwise spend a second or more importing torch
+LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.segments",
+         "pacs.train.launch", "pacs.train.preflight", "pacs.cli")  # fmt: skip
+
+
+def test_the_workflow_and_the_launchers_import_no_torch():
+    heavy = ("torch", "transformers", "vllm")
+    code = f"import sys\nfor m in {LIGHT!r}: __import__(m)\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

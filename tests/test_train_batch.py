@@ -142,7 +142,7 @@ def test_old_logprobs_from_the_update_forward_equal_a_separate_pass(raw_tiny_mod
     pass before the update for every row: the same bits, the same metrics, the same weights after."""
     from conftest import write_run_config
 
-    from pacs.algorithms import get_objective
+    from pacs.algorithms.objectives import get_objective
     from pacs.train import loop
     from pacs.train.config import load_run_config, objective_config
     from pacs.train.models import load_models

@@ -125,7 +125,7 @@ def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_mo
 
     from helpers import qwen3_like, transformers_modules_kept
 
-    from pacs.algorithms import get_objective
+    from pacs.algorithms.objectives import get_objective
     from pacs.train import models as train_models
     from pacs.train.distributed import DistEnv
 

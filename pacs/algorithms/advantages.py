@@ -7,8 +7,7 @@ import torch
 from torch import Tensor
 
 from pacs.algorithms.core import masked_whiten
-
-GROUP_SCORES = ("rloo", "grpo", "none")
+from pacs.algorithms.options import GROUP_SCORES
 
 
 def _groups(x: Tensor, n: int) -> Tensor:
@@ -70,9 +69,7 @@ def outcome_token_rewards(rewards: Tensor, response_mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def gae(
-    token_rewards: Tensor, values: Tensor, states: Tensor, gamma: float, lam: float
-) -> tuple[Tensor, Tensor]:
+def gae(token_rewards: Tensor, values: Tensor, states: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016) over the states of ``states`` (B, T):
 
         δ_t = r_t + γ V_{t+1} − V_t,   A_t = δ_t + γ λ A_{t+1},   returns_t = A_t + V_t

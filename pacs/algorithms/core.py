@@ -6,15 +6,12 @@ anything (even -inf log-probs) without leaking into a sum.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from pacs.algorithms.correction import check_tis_cap, truncated_importance_weights
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k3")
+from pacs.algorithms.correction import truncated_importance_weights
+from pacs.algorithms.options import KL_ESTIMATORS, LOSS_AGG_MODES, PolicyLossConfig
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -72,32 +69,6 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor
     if estimator == "k3":
         return (torch.exp(-log_ratio) + log_ratio - 1).clamp(-10, 10)
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
-
-
-@dataclass(frozen=True)
-class PolicyLossConfig:
-    """Options of the clipped policy loss shared by GRPO and PPO (verl names in brackets)."""
-
-    clip_ratio_low: float = 0.2  # ε_low: ratio clipped below at 1 − ε_low [clip_ratio_low]
-    clip_ratio_high: float = 0.2  # ε_high: ratio clipped above at 1 + ε_high (DAPO uses 0.28) [clip_ratio_high]
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (Ye et al. 2020) [clip_ratio_c]
-    loss_agg_mode: str = "seq-mean-token-sum-norm"  # the paper's baselines; see aggregate_loss
-    max_response_length: int | None = None  # L of seq-mean-token-sum-norm; None uses the padded T
-    kl_coef: float = 0.0  # weight of the KL-to-reference loss; 0 disables it [use_kl_loss, kl_loss_coef]
-    kl_estimator: str = "k3"  # k1 or k3 [kl_loss_type: kl, low_var_kl]
-    entropy_coef: float = 0.0  # entropy bonus; the paper used 0 [entropy_coeff]
-    # rollout correction: each token's loss weighted by min(π_old/π_sampler, C), C this cap (verl's
-    # tis_imp_ratio_cap, typically 2); null: off, as the paper trained
-    tis_cap: float | None = None
-
-    def __post_init__(self):
-        check_tis_cap(self.tis_cap)
-        if self.clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {self.clip_ratio_c}")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {LOSS_AGG_MODES}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator {self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
 
 
 def ppo_clip_loss(

@@ -49,8 +49,3 @@ def truncated_importance_weights(
         else:
             metrics = {"tis_weight_mean": weights.mean(), "tis_truncated_frac": truncated.mean()}
     return weights, metrics
-
-
-def check_tis_cap(cap: float | None) -> None:
-    if cap is not None and cap < 1:
-        raise ValueError(f"tis_cap must be >= 1 (on-policy samples have ratio 1) or null, got {cap}")

@@ -3,20 +3,11 @@ every token of an answer, optimised with the dual-clip PPO surrogate, no critic.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from torch import Tensor
 
 from pacs.algorithms.advantages import grpo_scores
-from pacs.algorithms.core import PolicyLossConfig
-
-
-@dataclass(frozen=True)
-class GrpoConfig(PolicyLossConfig):
-    """GRPO options: the clipped policy loss's, plus how rewards are normalised in a group."""
-
-    norm_by_std: bool = True  # divide by the group std; False is Dr. GRPO [norm_adv_by_std_in_grpo]
-    eps: float = 1e-6  # added to the group std
+from pacs.algorithms.options import GrpoConfig
 
 
 def grpo_advantages(rewards: Tensor, n: int, config: GrpoConfig) -> Tensor:

@@ -6,45 +6,15 @@ Reference implementation: ritzz-ai/PACS ``src/pacs/pacs_core_algos.py``.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pacs.algorithms.advantages import GROUP_SCORES, group_scores
+from pacs.algorithms.advantages import group_scores
 from pacs.algorithms.core import masked_mean, masked_sum
-from pacs.algorithms.correction import check_tis_cap, truncated_importance_weights
-
-REWARD_PROXIES = ("log-ratio", "length-normalized", "reference")
-WEIGHTINGS = ("balanced", "positive", "negative", "none")
-
-
-@dataclass(frozen=True)
-class PacsConfig:
-    """PACS options; defaults are the official scripts' (official names in brackets)."""
-
-    beta: float = 1.0  # β, scale of the reward proxy; the paper runs 1 and 2 [beta]
-    reward_proxy: str = "log-ratio"  # log-ratio: β Σ (log π_θ − log π_old) [reward_method=1];
-    #   length-normalized: β Σ log π_θ / |o| [reward_method=2]; reference: β Σ (log π_θ − log π_ref)
-    score: str = "rloo"  # group score ψ from r̂: rloo, grpo or none [adv_estimator: rloo, grpo, naive]
-    norm_by_std: bool = True  # for score=grpo: divide by the group std [norm_adv_by_std_in_grpo]
-    eps: float = 1e-6  # for score=grpo: added to the std
-    weighting: str = "balanced"  # balanced [use_weight, weight_mode=question], positive [only_positive],
-    #   negative [only_negative] or none [use_weight=False]
-    # rollout correction: each answer's BCE term weighted by min(π_old(o)/π_sampler(o), C), C this cap (the
-    # sequence-level form of truncated importance sampling: pacs_loss); null: off, as the paper trained
-    tis_cap: float | None = None
-
-    def __post_init__(self):
-        check_tis_cap(self.tis_cap)
-        for key, value, choices in (
-            ("reward_proxy", self.reward_proxy, REWARD_PROXIES),
-            ("score", self.score, GROUP_SCORES),
-            ("weighting", self.weighting, WEIGHTINGS),
-        ):
-            if value not in choices:
-                raise ValueError(f"pacs.{key} = {value!r} is not one of {choices}")
+from pacs.algorithms.correction import truncated_importance_weights
+from pacs.algorithms.options import REWARD_PROXIES, WEIGHTINGS, PacsConfig
 
 
 def pacs_reward_proxy(

@@ -8,35 +8,13 @@ last token's GAE term and is trained toward a return of 0). Without a ``value_ma
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from pacs.algorithms.advantages import gae, outcome_token_rewards, whiten_advantages
-from pacs.algorithms.core import LOSS_AGG_MODES, PolicyLossConfig, aggregate_loss, masked_mean
-
-
-@dataclass(frozen=True)
-class PpoConfig(PolicyLossConfig):
-    """PPO options: the clipped policy loss's, plus GAE and the critic's loss (verl names)."""
-
-    gamma: float = 1.0  # discount γ; the official baseline used 1 [algorithm.gamma]
-    lam: float = 1.0  # GAE λ; the official baseline used 1 [algorithm.lam]
-    whiten_advantages: bool = True  # normalise advantages over the batch's response tokens
-    value_clip: float = 0.5  # critic predictions clipped to old value ± this [critic.cliprange_value]
-    # aggregation of the critic loss; null: the actor's loss_agg_mode, as the fork's
-    # critic.loss_agg_mode: ${actor_rollout_ref.actor.loss_agg_mode} [critic.loss_agg_mode]
-    value_loss_agg_mode: str | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.value_loss_agg_mode not in (None, *LOSS_AGG_MODES):
-            raise ValueError(f"value_loss_agg_mode {self.value_loss_agg_mode!r} is not one of {LOSS_AGG_MODES}")
-
-    @property
-    def value_agg(self) -> str:
-        return self.value_loss_agg_mode or self.loss_agg_mode
+from pacs.algorithms.core import aggregate_loss, masked_mean
+from pacs.algorithms.options import PpoConfig
 
 
 def ppo_advantages(rewards: Tensor, values: Tensor, response_mask: Tensor, config: PpoConfig,

@@ -19,7 +19,7 @@ alone, each engine (``tensor_parallel_size`` GPUs) taking its share of the probl
 import math
 from dataclasses import dataclass, field
 
-from pacs.algorithms import get_objective
+from pacs.algorithms.options import get_algorithm
 from pacs.config import ConfigError, from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
@@ -136,9 +136,9 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     """The job's memory, tokens and FLOPs; its hours from the calibration's MFUs, or from ``measured`` (its
     preflight.json): the measured start-up, and steps of the measured seconds at the maximum response length,
     scaled to the mean length by the FLOPs model's ratio of the two."""
-    objective = get_objective(run["algorithm"]["name"])
-    needs = objective.needs(from_dict(objective.config, run["algorithm"]["options"], "algorithm.options"))
-    critic = objective.value_loss is not None
+    algorithm = get_algorithm(run["algorithm"]["name"])
+    needs = algorithm.needs(from_dict(algorithm.options, run["algorithm"]["options"], "algorithm.options"))
+    critic = algorithm.critic
     memory = training_memory(shape, run, gpus, "ref_logprobs" in needs, critic, cal.memory_bytes,
                              cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
     d, t, r = dims(shape), run["trainer"], run["rollout"]

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pacs.rollout.base import Completion, SamplingParams, sample_seeds
-from pacs.rollout.fingerprint import fingerprint
 
 MAX_NUM_SEQS_CPU = 256  # vLLM's default for one CPU engine
 VLLM_RELEASE = "0.32.0"  # the release the tests run; older ones lack reload_weights(weights_iterator=...)
@@ -251,6 +250,8 @@ class VLLMEngine:
 
 def _held_fingerprints(worker, shapes: dict) -> dict[str, int | None]:
     """Runs in the engine's worker (``collective_rpc``): its model's weights under the checkpoint's names."""
+    from pacs.rollout.fingerprint import fingerprint  # torch here: the workflow imports this module's options
+
     model = worker.model_runner.get_model()
     packed = getattr(model, "packed_modules_mapping", {})
     held: dict[str, int | None] = {}

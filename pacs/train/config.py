@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pacs.algorithms import OBJECTIVES, get_objective
+from pacs.algorithms.options import ALGORITHMS, get_algorithm
 from pacs.config import ConfigError, from_dict, read_yaml, to_dict
 from pacs.rollout.vllm import VLLMRolloutOptions
 from pacs.verify import CodeConfig, VerifyConfig
@@ -17,7 +17,7 @@ from pacs.verify import CodeConfig, VerifyConfig
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    name: str  # pacs, grpo or ppo: a key of pacs.algorithms.OBJECTIVES
+    name: str  # pacs, grpo or ppo: a key of pacs.algorithms.options.ALGORITHMS
     options: dict[str, Any] = field(default_factory=dict)  # the objective's config (config/README.md)
 
 
@@ -238,8 +238,7 @@ def compute_dtype(config: RunConfig) -> str:
 
 def objective_config(config: RunConfig):
     """The objective's own config dataclass, built from ``algorithm.options``."""
-    objective = get_objective(config.algorithm.name)
-    return from_dict(objective.config, config.algorithm.options, "algorithm.options")
+    return from_dict(get_algorithm(config.algorithm.name).options, config.algorithm.options, "algorithm.options")
 
 
 def resolve(data: dict) -> RunConfig:
@@ -247,8 +246,8 @@ def resolve(data: dict) -> RunConfig:
     data = dict(data or {})
     algorithm = data.get("algorithm")
     name = algorithm.get("name") if isinstance(algorithm, dict) else None
-    if name not in OBJECTIVES:
-        raise ConfigError(f"algorithm.name: {name!r} is not one of {sorted(OBJECTIVES)}")
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algorithm.name: {name!r} is not one of {sorted(ALGORITHMS)}")
     optim = dict(data.get("optim") or {})
     optim.setdefault("grad_clip", DEFAULT_GRAD_CLIP.get(name))
     data["optim"] = optim
@@ -267,7 +266,7 @@ def resolve(data: dict) -> RunConfig:
     data["rollout"] = rollout
     config = from_dict(RunConfig, data)
     options = objective_config(config)
-    correction = "sampler_logprobs" in get_objective(name).needs(options)
+    correction = "sampler_logprobs" in get_algorithm(name).needs(options)
     if config.rollout.staleness and not correction:
         raise ConfigError(f"algorithm.options.tis_cap: rollout.staleness {config.rollout.staleness} trains on "
                           "samples from older weights than the policy's; the truncated importance ratio against "
@@ -277,7 +276,7 @@ def resolve(data: dict) -> RunConfig:
                           f"samples, which rollout.engine {config.rollout.engine} does not report (hf samples from "
                           "the policy itself: no mismatch to correct, unless rollout.staleness >= 1); use "
                           "rollout.engine vllm")  # fmt: skip
-    if config.trainer.reference_reset_every and "ref_logprobs" not in get_objective(name).needs(options):
+    if config.trainer.reference_reset_every and "ref_logprobs" not in get_algorithm(name).needs(options):
         raise ConfigError(f"trainer.reference_reset_every: {name} with these algorithm.options has no reference to "
                           "reset (PACS: reward_proxy reference; PPO, GRPO: a KL coefficient)")  # fmt: skip
     keys = {f.name for f in dataclasses.fields(options)}

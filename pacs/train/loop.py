@@ -1,4 +1,4 @@
-"""The training loop, one for every objective of ``pacs.algorithms.OBJECTIVES``.
+"""The training loop, one for every objective of ``pacs.algorithms.objectives.OBJECTIVES``.
 
 Each step: draw the step's prompts; sample n responses each; score them with the verifier; compute
 old log-probs (and reference log-probs or critic values when the objective needs them) once; let
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from pacs.algorithms import Objective, get_objective
+from pacs.algorithms.objectives import Objective, get_objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from pacs.algorithms import Objective
+from pacs.algorithms.objectives import Objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.config import RunConfig, TrainerConfig, compute_dtype
