@@ -3,6 +3,7 @@ mark, reset at every boundary, and peaks that survive the resets; the preflight'
 against the plan's figures for the same phases."""
 
 import resource
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +13,15 @@ from test_plan import REPO, tiny_config
 from pacs import experiment
 from pacs.plan.memory import PHASES
 from pacs.train.memory import PhaseMemory, reset_resident_peak, resident_peak
-from pacs.train.preflight import PreflightError, check_generator_memory, check_memory, memory_table
+from pacs.train.preflight import (
+    PreflightError,
+    check_generator_memory,
+    check_memory,
+    memory_table,
+    preflight_run_config,
+    run_training,
+)
+from pacs.train.segments import EXIT_STOPPED
 
 MB = 10**6
 BUFFER = 300 * MB
@@ -123,3 +132,15 @@ def test_the_plan_counts_the_phases_the_trainer_measures():
     awake = experiment.merged(config, {"train": {"rollout": {"vllm": {"sleep_level": 0}}}})
     memory = experiment.plan(awake).job("train/qwen2.5-7b/pacs").memory
     assert memory["no_grad"]["vllm (awake)"] == memory["update"]["vllm (awake)"] == generate["vllm"]
+
+
+def test_a_preflight_trains_to_its_last_step_unless_its_time_limit_stops_it_and_then_says_so(tmp_path):
+    """The preflight's run stops for the job's time limit only when its next step could not finish in it (stop
+    margin 1, whatever the run's); a training stopped that way is a preflight that failed, naming the key."""
+    spec = {**preflight_spec(), "steps": 2}
+    spec["run"]["checkpoint"]["stop_margin"] = 1e6  # the run's own, as a test of segments sets it
+    assert preflight_run_config(spec["run"], 2)["checkpoint"]["stop_margin"] == 1.0
+    stopped = [sys.executable, "-c", f"import sys; sys.exit({EXIT_STOPPED})"]  # a launcher whose job stopped
+    with pytest.raises(PreflightError, match=r"train/m/pacs: the preflight's training stopped for its job's time "
+                                             r"limit before its 2 steps ended; raise preflight.runtime"):  # fmt: skip
+        run_training(spec, tmp_path, stopped)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pacs
 
 ROOT = Path(pacs.__file__).parent
@@ -83,13 +85,22 @@ def test_no_module_of_pacs_imports_itself_back():
 
 
 # what the Snakefile imports (workflow/rules/common.smk), and the launchers of a training job: every Snakemake
-# process (each job's on a cluster too) and every launcher would otherwise spend a second or more importing torch
+# process (each job's on a cluster too) and every launcher would otherwise spend a second or more importing torch;
+# the preflight's checkpoint check (its launcher's own) needs torch but not transformers (4 s more)
 LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.segments",
          "pacs.train.launch", "pacs.train.preflight", "pacs.cli")  # fmt: skip
+CHECKPOINT_CHECK = ("pacs.train.retention", "pacs.train.checkpoint", "pacs.train.distributed")
 
 
-def test_the_workflow_and_the_launchers_import_no_torch():
-    heavy = ("torch", "transformers", "vllm")
-    code = f"import sys\nfor m in {LIGHT!r}: __import__(m)\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+HEAVY = {
+    "light": (LIGHT, ("torch", "transformers", "vllm")),
+    "checkpoint": (CHECKPOINT_CHECK, ("transformers", "vllm")),
+}
+
+
+@pytest.mark.parametrize("kind", HEAVY)
+def test_what_the_workflow_and_the_launchers_import_leaves_the_heavy_packages_out(kind):
+    modules, absent = HEAVY[kind]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(m for m in {absent!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

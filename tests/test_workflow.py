@@ -5,6 +5,7 @@ failing job: tests/test_workflow_dag.py."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,12 +77,21 @@ SHORT = {"train": {"trainer": {"total_steps": 10}, "checkpoint": {"save_every": 
          "eval": {"checkpoints": [5, "last"]}}  # fmt: skip
 
 
+# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
+# takes more than a millisecond, so a million of them outlast the job's limit from the first step on
+STOP_AFTER_A_STEP = 1e6
+SEGMENTS = 3  # the SLURM run's steps, one job each
+
+
 def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     """What the SLURM run adds is the SLURM path, not the computations (the local tiny run does all of
-    those): one method trained for 4 steps on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with
+    those): one method trained for 3 steps on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with
     transformers rollouts, each rank generating from the gathered policy), evaluated with the base model on the toy task
     and one real benchmark, from the tiny model the other tests share (building it is a job like the
-    others), and the reports."""
+    others), and the reports. The training runs in segments: a limit of 15 minutes a job (the least that the
+    plan's start-up of 10 minutes a GPU job allows), with a stop margin so large (``STOP_AFTER_A_STEP``) that
+    every job stops after its first step, so that the run of 3 steps takes 3 jobs whatever the machine's speed
+    (the preflight's run, stop margin 1, trains its steps to the end)."""
     config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
     config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
     del config["models"]["tiny"]["build"]
@@ -90,8 +100,9 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
-                             "resources": {"train": {"gpu": 2}},
-                             "train": {"trainer": {"total_steps": 4, "strategy": "fsdp"}},
+                             "resources": {"train": {"gpu": 2, "max_runtime": 15}},
+                             "train": {"trainer": {"total_steps": SEGMENTS, "strategy": "fsdp"},
+                                       "checkpoint": {"stop_margin": STOP_AFTER_A_STEP}},
                              "eval": {"checkpoints": ["last"]}})  # fmt: skip
     return overlay(workdir / "slurm.yaml", config)
 
@@ -128,8 +139,21 @@ def experiments(shared_data, cluster, toy_data, tiny_model, tmp_path_factory):
         (root / "run").mkdir()
         config = slurm_config(root / "run", shared_data, tiny_model)
         env = venv_env(XDG_CONFIG_HOME=str(root / "xdg"), SBATCH_PARTITION="debug")
+        # the run's config, as the workflow writes it when it reads its config (a dry run here), trained beside it
+        # in one uninterrupted job: the reference of the segmented run's weights (once the SLURM run's data job
+        # has written the data)
+        done = subprocess.run(snakemake_command(root / "run", "-n", "--configfile", config), capture_output=True,
+                              text=True, env=env)  # fmt: skip
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         command = snakemake_command(root / "run", "--profile", "slurm", "all", "--configfile", config)
         started["slurm"] = (root / "run", config, Started(command, root / "snakemake", env, 3600))
+        data = " ".join(f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout"))
+        train = shlex.join([sys.executable, "-m", "pacs.cli", "train", "--config",
+                            "results/tiny/configs/run_tiny_pacs.yaml", "--out", str(root / "reference"),
+                            "--nproc-per-node", "2"])  # fmt: skip
+        command = ["bash", "-c", f"for f in {data}; do while [ ! -f $f ]; do sleep 2; done; done; exec {train}"]
+        started["reference"] = (root / "reference", Started(command, root / "reference", venv_env(), 1800,
+                                                             root / "run"))  # fmt: skip
     yield started
     for *_, run in started.values():
         run.stop()
@@ -368,93 +392,53 @@ def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, chan
 
 
 @pytest.mark.slow
-def test_tiny_experiment_through_slurm(slurm_cluster, experiments):
+def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slurm_cluster, experiments):
     """`snakemake --profile slurm all` as the README sets it up (``experiments``, beside the local run), on a
     slice of the tiny experiment (``slurm_config``). Training jobs ask for 2 (fake) GPUs: SLURM schedules
-    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU)."""
+    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU). The training takes 3 jobs
+    (``slurm_config``): each reads its end time from SLURM and stops in time with a checkpoint, Snakemake
+    submits the next, and unattended the run ends bitwise where the same run does in one uninterrupted job
+    (trained meanwhile, beside it). When a step's time, measured, is weighed against the end time:
+    tests/test_segments.py."""
     workdir, local, run = experiments["slurm"]
     done = run.result()
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
-    submitted = re.findall(r"submitted with SLURM jobid", output, re.I)
-    jobs = sum(job_counts(snakemake(workdir, "-n", "-F", "--configfile", local).stdout).values()) - 1
-    assert len(submitted) == jobs  # every job but `all` went through sbatch
+    reference, trained = experiments["reference"]
+    trained = trained.result()
+    assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
     results = workdir / "results" / "tiny"
     assert (results / "REPORT.md").is_file() and (results / "tables" / "tiny.tex").is_file()
     assert len(pd.read_csv(results / "tables" / "comparison.csv")) > 0
-    runs = sorted((results / "runs").glob("*/*/launches.jsonl"))
-    assert runs, "no training run recorded its launch"
-    for path in runs:  # one launcher per job (not one per GPU), inside the job, over both GPUs
-        launches = [json.loads(x) for x in path.read_text().splitlines()]
-        assert len(launches) == 1, launches
-        assert launches[0]["slurm_job"] and launches[0]["visible_devices"] == "0,1", launches
-        assert launches[0]["nproc_per_node"] == 2 and "torch.distributed.run" in launches[0]["command"]
-        assert any((path.parent / "checkpoints").glob("step_*/rng_rank1.pt")), path  # the second rank ran
 
-
-# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
-# takes more than a millisecond, so a million of them outlast the three-minute limit from the first step on
-STOP_AFTER_A_STEP = 1e6
-
-
-@pytest.mark.slow
-def test_a_run_longer_than_the_time_limit_trains_in_segments_and_ends_bitwise(slurm_cluster, tiny_model, tmp_path):
-    """GRPO under a SLURM time limit of three minutes a job, with a stop margin so large (``STOP_AFTER_A_STEP``)
-    that every job stops after its first step: each job reads its end time from SLURM and stops in time with a
-    checkpoint, Snakemake submits the next, and unattended the run of 3 steps (3 jobs, whatever the machine's
-    speed, none waiting for its limit; the limit leaves a loaded machine's start-up room) ends bitwise where the
-    same run does in one uninterrupted process (trained meanwhile, beside it).
-    When a step's time, measured, is weighed against the end time: tests/test_segments.py. wandb is off: the test
-    is about the segments (a job that ends its last step seconds before its limit could be killed in wandb's
-    finish)."""
-    workdir = tmp_path / "segments"
-    workdir.mkdir()
-    config = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
-    config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
-    del config["models"]["tiny"]["build"]
-    config["methods"] = {"grpo": config["methods"]["grpo"]}
-    config = merged(config, {"train": {"trainer": {"total_steps": 3},
-                                       "checkpoint": {"save_every": 40, "stop_margin": STOP_AFTER_A_STEP},
-                                       "eval": {"every": 0}, "logging": {"wandb": "disabled"}},
-                             "eval": {"checkpoints": ["last"]},
-                             "resources": {"train": {"max_runtime": 3}}})  # fmt: skip
-    local = overlay(workdir / "segments.yaml", config)
-    env = venv_env(SBATCH_PARTITION="debug", OMP_NUM_THREADS="1")
-    # the data and the run's preflight here, outside SLURM: the preflight is one job of its own, which under the
-    # job's limit would be timed against the machine's load (it took 63 s once, beside the reference run)
-    data = [f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout")]
-    data.append("results/tiny/preflight/tiny_grpo/preflight.json")
-    done = subprocess.run(snakemake_command(workdir, "--cores", "1", *data, "--configfile", local), capture_output=True,
-                          text=True, env=env)  # fmt: skip
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    done = subprocess.run(snakemake_command(workdir, "-n", "--configfile", local), capture_output=True, text=True,
-                          env=env)  # fmt: skip
-    assert done.returncode == 0 and "preflight_job" not in done.stdout, (done.stdout + done.stderr)[-3000:]
-    run_config = "results/tiny/configs/run_tiny_grpo.yaml"
-    reference = subprocess.Popen([sys.executable, "-m", "pacs.train", "--config", run_config, "--out",
-                                  str(tmp_path / "reference")], cwd=workdir, env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)  # fmt: skip
-    target = f"results/tiny/runs/tiny/grpo/checkpoints/step_{config['train']['trainer']['total_steps']:06d}"
-    command = snakemake_command(workdir, "--profile", str(REPO / "workflow" / "profiles" / "slurm"), target,
-                                "--configfile", local)  # fmt: skip
-    done = subprocess.run(["timeout", "-k", "30", "1500", *command], capture_output=True, text=True, env=env)
-    assert reference.wait(timeout=900) == 0
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
-    run = workdir / "results" / "tiny" / "runs" / "tiny" / "grpo"
-    segments = read_segments(run)
+    run_dir = results / "runs" / "tiny" / "pacs"
+    segments = read_segments(run_dir)
     starts = [s for s in segments if s["event"] == "start"]
     stops = [s for s in segments if s["event"] == "stop"]
-    assert len(starts) == 3 and len({s["slurm_job"] for s in starts}) == len(starts), segments
+    assert len(starts) == SEGMENTS and len({s["slurm_job"] for s in starts}) == len(starts), segments
     assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
     assert all(s["end_time"] for s in starts)  # read from SLURM
     assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
     for stop, start in zip(stops, starts[1:], strict=False):
         assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
         assert stop["time"] < stop_end(starts, stop)  # stopped before SLURM's end time, not killed at it
-    last = f"checkpoints/step_{config['train']['trainer']['total_steps']:06d}/model.safetensors"
-    ours, theirs = load_file(run / last), load_file(tmp_path / "reference" / last)
+    last = f"checkpoints/step_{SEGMENTS:06d}/model.safetensors"
+    ours, theirs = load_file(run_dir / last), load_file(reference / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    assert (run / "logs" / "jobs.log").read_text().count("stopped early (time limit)") == len(starts) - 1
+    said = (run_dir / "logs" / "jobs.log").read_text().count("stopped early (time limit)")
+    assert said == 2 * (len(starts) - 1)  # each rank of each job that stopped
+
+    # every job but `all` went through sbatch, the training once per segment
+    submitted = re.findall(r"submitted with SLURM jobid", output, re.I)
+    jobs = sum(job_counts(snakemake(workdir, "-n", "-F", "--configfile", local).stdout).values()) - 1
+    assert len(submitted) == jobs + len(starts) - 1
+    launches = [json.loads(x) for x in (run_dir / "launches.jsonl").read_text().splitlines()]
+    assert len(launches) == len(starts), launches  # one launcher per job (not one per GPU), inside the job
+    assert [x["slurm_job"] for x in launches] == [s["slurm_job"] for s in starts], launches
+    for launch in launches:  # over both GPUs
+        assert launch["visible_devices"] == "0,1" and launch["nproc_per_node"] == 2, launch
+        assert "torch.distributed.run" in launch["command"], launch
+    assert any((run_dir / "checkpoints").glob("step_*/rng_rank1.pt"))  # the second rank ran
 
 
 def stop_end(starts: list[dict], stop: dict) -> float:

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pacs.rollout import Completion
-from pacs.train.varlen import PackedRows
 
 Batch = dict[str, Tensor]
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # (B, P + T); the rest are (B, ·)
@@ -104,6 +103,8 @@ def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) 
     if pack:
         packed = batch.get(PACKED)
         if packed is None:  # read from the masks (waits for the device)
+            from pacs.train.varlen import PackedRows  # transformers: here, for the preflight's checkpoint check
+
             value_mask = batch["value_mask"].cpu() if "value_mask" in batch else None
             packed = PackedRows.of(*(batch[k].cpu() for k in ("input_ids", "attention_mask", "response_mask")),
                                    group_size, value_mask=value_mask).to(mask.device)  # fmt: skip

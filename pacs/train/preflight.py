@@ -36,7 +36,7 @@ import yaml
 
 from pacs.io import atomic_write_json, atomic_write_text
 from pacs.plan.memory import PHASES
-from pacs.train.segments import read_segments
+from pacs.train.segments import EXIT_STOPPED, read_segments
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory")
 
@@ -53,7 +53,8 @@ def preflight_run_config(run: dict, steps: int) -> dict:
         **run,
         "rollout": {**run["rollout"], "ignore_eos": True},
         "trainer": {**run["trainer"], "total_steps": steps},
-        "checkpoint": {**run["checkpoint"], "save_every": steps, "keep_weights": None},
+        # its steps to the end: it stops for its job's time limit only when the next step could not finish in it
+        "checkpoint": {**run["checkpoint"], "save_every": steps, "keep_weights": None, "stop_margin": 1.0},
         "eval": {**run["eval"], "every": 0},
         "logging": {**run["logging"], "wandb": "disabled", "progress_bar": False},
     }
@@ -137,6 +138,10 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     began = time.time()
     code = subprocess.run([*launcher, "--config", str(config), "--out", str(run_dir)]).returncode
+    if code == EXIT_STOPPED:
+        raise PreflightError(f"{spec['name']}: the preflight's training stopped for its job's time limit before its "
+                             f"{spec['steps']} steps ended; raise preflight.runtime (and resources.train.max_runtime "
+                             f"if it caps it) (run directory {run_dir})")  # fmt: skip
     if code:
         raise train_failure(spec, run_dir, code)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -156,8 +161,11 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
         "tokens_per_s": last["throughput/tokens_per_s"],
         "checkpoint_s": stop["checkpoint_s"],
         "peaks": stop["peak_gb"],  # the trainers'; the generators' come with each batch
-        "generator_peaks": {k.removeprefix("memory/generator_peak_").removesuffix("_gb"): v for k, v in last.items()
-                            if k.startswith("memory/generator_peak_")},  # fmt: skip
+        "generator_peaks": {
+            k.removeprefix("memory/generator_peak_").removesuffix("_gb"): v
+            for k, v in last.items()
+            if k.startswith("memory/generator_peak_")
+        },  # fmt: skip
         "logprob_gap_first_step": {k: steps[0][k] for k in steps[0] if k.startswith("rollout/logprob_gap")},
         "run_dir": str(run_dir),
     }
@@ -195,8 +203,12 @@ def evaluate_chunk(spec: dict, checkpoint: str, out: Path) -> dict:
         raise PreflightError(f"{spec['name']}: one evaluation chunk of {spec['eval']['benchmark']} failed (the "
                              "error above); change eval.settings (or the benchmark's n)")  # fmt: skip
     metrics = json.loads((out / "eval" / "metrics.json").read_text())
-    return {"benchmark": spec["eval"]["benchmark"], "problems": limit, "samples": limit * settings["n"],
-            **{k: metrics["throughput"][k] for k in ("engine_start_s", "generate_s", "samples_per_s", "tokens_per_s")}}
+    return {
+        "benchmark": spec["eval"]["benchmark"],
+        "problems": limit,
+        "samples": limit * settings["n"],
+        **{k: metrics["throughput"][k] for k in ("engine_start_s", "generate_s", "samples_per_s", "tokens_per_s")},
+    }
 
 
 def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
@@ -250,10 +262,13 @@ def format_preflight(r: dict) -> str:
         lines.append(f"| {s['step']} | {s['time/step']:.2f} | " + " | ".join(f"{s[p]:.2f}" for p in phases)
                      + f" | {s['throughput/tokens_per_s']:.0f} |")  # fmt: skip
     lines += ["", *memory_table(r)]
-    lines += ["", f"- start-up (launch to the first step): {r['startup_s']:.1f} s",
-              f"- checkpoint: {_gb(r['checkpoint_bytes'])} written in {r['checkpoint_s']:.1f} s, read back against "
-              f"its manifest in {r['read_back_s']:.1f} s",
-              f"- sampler/trainer log-prob gap at step 1: {gap or 'none (hf samples from the policy itself)'}"]
+    lines += [
+        "",
+        f"- start-up (launch to the first step): {r['startup_s']:.1f} s",
+        f"- checkpoint: {_gb(r['checkpoint_bytes'])} written in {r['checkpoint_s']:.1f} s, read back against "
+        f"its manifest in {r['read_back_s']:.1f} s",
+        f"- sampler/trainer log-prob gap at step 1: {gap or 'none (hf samples from the policy itself)'}",
+    ]
     if r.get("generator_peak_bytes") is not None:
         lines.append(f"- generator ranks: the largest peaked at {_gb(r['generator_peak_bytes'])} (the device's use on "
                      "a GPU, else the process's resident peak)")  # fmt: skip
