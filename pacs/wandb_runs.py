@@ -10,6 +10,7 @@ second: locally its run directory is removed first; online the run of that id is
 """
 
 import hashlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -27,12 +28,35 @@ def run_id(out: Path) -> str:
     return f"{out.name}-{hashlib.sha1(str(out).encode()).hexdigest()[:8]}"
 
 
+def check_environment(mode: Mode) -> None:
+    """Before the work: the mode chosen (``--wandb``, ``logging.wandb``) wins over ``WANDB_MODE`` (set to it here,
+    for this process and those it starts), and any other ``WANDB_*`` variable whose value wandb refuses is named
+    with that value, rather than found by ``wandb.init`` once the work is done. Disabled: nothing is checked."""
+    if mode not in MODES:
+        raise ValueError(f"wandb mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "disabled":
+        return
+    os.environ["WANDB_MODE"] = mode
+    import wandb
+    from pydantic import ValidationError
+
+    refused = []
+    for key, value in sorted(os.environ.items()):
+        if key.startswith("WANDB_"):
+            try:
+                wandb.Settings().update_from_env_vars({key: value})
+            except ValidationError:
+                refused.append(f"{key}={value!r}")
+    if refused:
+        raise ValueError(f"wandb refuses the environment's {', '.join(refused)}: correct or unset it (or run with "
+                         "wandb disabled)")  # fmt: skip
+
+
 def start_run(out: Path, mode: Mode, project: str, name: str, group: str | None, job_type: str, config: dict,
               replace: bool = False):  # fmt: skip
     """``wandb.init`` for the run describing ``out`` (files under ``out/wandb``); None when ``mode`` is
     disabled, and then wandb is not imported."""
-    if mode not in MODES:
-        raise ValueError(f"wandb mode {mode!r}: expected one of {', '.join(MODES)}")
+    check_environment(mode)
     if mode == "disabled":
         return None
     import wandb

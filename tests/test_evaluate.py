@@ -107,10 +107,13 @@ def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_m
     assert read_metrics(whole)["pass_at_k"] == metrics["pass_at_k"]
 
 
-def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(tiny_model, toy_data, tmp_path):
+def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(
+    tiny_model, toy_data, tmp_path, monkeypatch, capsys
+):
     """Offline by default: job type eval, grouped under the model's name, the settings in its config and the
     metrics in its summary, as wandb's reader returns them; after a config change the rerun's run replaces the
-    first (one run, the same id); disabled writes nothing."""
+    first (one run, the same id); disabled writes nothing; --wandb wins over WANDB_MODE, and an environment wandb
+    refuses is named before the evaluation starts."""
     data, out = toy_data / "heldout.parquet", tmp_path / "eval"
     flags = ["--engine", "hf", "--limit", 10, "--max-tokens", 16, "--workers", 1]
     assert evaluate(tiny_model, data, out, *flags, "--n", 2, "--wandb-config", "method=base") == 0
@@ -143,14 +146,22 @@ def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(tiny_mode
     assert evaluate(tiny_model, data, quiet, *flags, "--n", 2, "--wandb", "disabled") == 0
     assert not (quiet / "wandb").exists() and (quiet / "metrics.json").exists()
     # a process started from this one inherits its wandb service (WANDB_SERVICE, as the workflow's jobs under
-    # pytest do): a relative OUT, from another working directory, still holds its run
+    # pytest do): a relative OUT, from another working directory, still holds its run; and --wandb (offline by
+    # default) wins over WANDB_MODE, even set but empty, which wandb itself refuses
     assert "WANDB_SERVICE" in os.environ
     (tmp_path / "elsewhere").mkdir()
     command = [sys.executable, "-m", "pacs.cli", "evaluate", "--model", str(tiny_model), "--data", str(data),
                "--out", "relative", "--n", "2", *map(str, flags)]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path / "elsewhere", capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=tmp_path / "elsewhere", capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "WANDB_MODE": ""})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(wandb_runs(tmp_path / "elsewhere" / "relative")) == 1
+    # another WANDB_ variable that wandb refuses is named, with its value, before anything is sampled
+    monkeypatch.setenv("WANDB_SILENT", "maybe")
+    monkeypatch.setenv("WANDB_MODE", "online")  # restored after the test: the check sets it to the flag's
+    assert evaluate(tiny_model, data, tmp_path / "refused", *flags, "--n", 2) == 2
+    assert "wandb refuses the environment's WANDB_SILENT='maybe'" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists() and os.environ["WANDB_MODE"] == "offline"
 
 
 def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, toy_data, tmp_path):

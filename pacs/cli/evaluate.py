@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from pacs.cli.common import eval_arguments, eval_config_from
-from pacs.wandb_runs import MODES
+from pacs.wandb_runs import MODES, check_environment
 
 
 def add_parser(verbs) -> None:
@@ -43,6 +43,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from pacs.eval.wandb_run import log_evaluation
 
     extra = config_entries(args.wandb_config)  # before the evaluation: a bad entry fails at once
+    check_environment(args.wandb)  # and an environment wandb refuses
     metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
     logged = log_evaluation(metrics, args.out, args.wandb, args.wandb_project, args.wandb_group, args.wandb_name, extra)
     passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())

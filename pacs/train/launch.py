@@ -23,7 +23,7 @@ from pathlib import Path
 from pacs.config import to_dict
 from pacs.train.config import load_run_config
 from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
-from pacs.wandb_runs import start_run
+from pacs.wandb_runs import check_environment, start_run
 
 
 def _wandb_logger(config, out: Path):
@@ -132,7 +132,8 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     environ, job = os.environ, job or JobOptions()
     if "LOCAL_RANK" in environ:  # a rank torchrun started
         return run(config_path, out, job)
-    load_run_config(config_path)  # a bad config fails here, before anything starts
+    check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
+    # before anything starts
     args = ["--config", str(config_path), "--out", str(out), "--attempt", str(job.attempt),
             *(["--restart-on-change"] if job.restart_on_change else []),
             *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else [])]  # fmt: skip
