@@ -101,6 +101,11 @@ def test_a_generator_rank_samples_step_t_with_the_weights_after_update_t_minus_1
         assert r["time/generator_generate"] > 0 and r["time/generator_score"] > 0 and r["time/wait_generators"] >= 0
         assert r["memory/generator_peak_rss_gb"] > 0.3  # the generator's own process: its model and torch
     assert_sampled_by_the_update_before(out / "checkpoints", tiny_model, STEPS, 1, 1e-4)
+    # the job run again, finished: the generator rank too learns that there is nothing to do; exit 0, nothing changed
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    again = train(config, out)
+    assert again.returncode == 0 and "already complete at step 4" in again.stdout, again.stderr[-3000:]
+    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
 
 def generator_pid(launcher: int) -> int:

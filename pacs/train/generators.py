@@ -335,12 +335,20 @@ def generator_engine(config: RunConfig, weights: str, device: str, generators: i
     return VLLMEngine(weights, stops, seed, compute_dtype(config), per_generator, options, in_process=True)
 
 
+def release_generators(env: DistEnv, step: int) -> None:
+    """Trainer 0 of a run already complete at ``step``: each generator rank learns that there is nothing to do
+    (instead of where the trainers start), and ends."""
+    if env.role is not None and env.role.link is not None:
+        for j in range(env.role.generators):
+            env.role.link.send({"start": step, "complete": True}, 1 + j)
+
+
 class Generator:
     """One generator rank's engine and the weights it holds, as the link brings them."""
 
-    def __init__(self, config: RunConfig, env: DistEnv):
+    def __init__(self, config: RunConfig, env: DistEnv, hello: dict):
+        """``hello``: trainer 0's first message, where the trainers start."""
         self.config, self.env, self.role, self.link = config, env, env.role, env.role.link
-        hello = self.link.recv(0)  # where the trainers start
         self.start, self.held = hello["start"], hello["start"]
         self.engine = generator_engine(config, hello["weights"], env.device, self.role.generators)
         self.dtype = getattr(torch, compute_dtype(config))
@@ -394,7 +402,10 @@ def serve(config: RunConfig, env: DistEnv) -> int:
     for s in (signal.SIGTERM, signal.SIGUSR1):  # the trainers stop the job, saved
         signal.signal(s, signal.SIG_IGN)
     k, total, data, role = config.rollout.staleness, config.trainer.total_steps, config.data, env.role
-    generator = Generator(config, env)
+    hello = role.link.recv(0)  # where the trainers start
+    if hello.get("complete"):  # a run finished before this job: nothing to sample (release_generators)
+        return 0
+    generator = Generator(config, env, hello)
     tokenizer = AutoTokenizer.from_pretrained(config.model.path)
     prompts = load_prompts(data.train_files, tokenizer, data.max_prompt_length, data.chat_template_kwargs)
     pending = []

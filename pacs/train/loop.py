@@ -23,7 +23,7 @@ from pacs.train import retention
 from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.config import RunConfig, objective_config
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
-from pacs.train.generators import schedule
+from pacs.train.generators import release_generators, schedule
 from pacs.train.memory import phase
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
@@ -213,6 +213,7 @@ def train(
     latest = retention.resume_point(root, env)
     start = latest[0] if latest else 0
     if start >= t.total_steps:
+        release_generators(env, start)  # nothing for them to sample either
         return {"status": "complete", "start_step": start, "final_step": start}
     models = load_models(config, objective, objective.needs(options), latest[1] if latest else None, env)
 
