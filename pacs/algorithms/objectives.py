@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pacs.algorithms.core import policy_batch_loss
 from pacs.algorithms.grpo import grpo_prepare
-from pacs.algorithms.options import ALGORITHMS, Algorithm
+from pacs.algorithms.options import ALGORITHMS, Algorithm, get_algorithm
 from pacs.algorithms.pacs import pacs_batch_loss, pacs_prepare
 from pacs.algorithms.ppo import ppo_prepare, ppo_value_loss
 
@@ -46,6 +46,5 @@ assert OBJECTIVES.keys() == ALGORITHMS.keys()
 
 
 def get_objective(name: str) -> Objective:
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(OBJECTIVES)}")
+    get_algorithm(name)  # an unknown name: its error
     return OBJECTIVES[name]
