@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
 from helpers import read_wandb_run, run_until_killed, wandb_runs, wandb_table
 
 from pacs.cli import main
@@ -162,6 +163,53 @@ def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(
     assert evaluate(tiny_model, data, tmp_path / "refused", *flags, "--n", 2) == 2
     assert "wandb refuses the environment's WANDB_SILENT='maybe'" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists() and os.environ["WANDB_MODE"] == "offline"
+
+
+def test_a_suite_evaluates_each_benchmark_as_pacs_evaluate_does_in_one_process_with_one_engine(
+    tiny_model, toy_data, tmp_path, capsys
+):
+    """`pacs evaluate --suite` (the workflow's job per checkpoint): each benchmark in OUT/<name> with the same
+    responses as `pacs evaluate` alone, each a wandb run named by the suite, the engine built once where the
+    settings allow, then evaluations.json; every settings file is read before the first sample, and a rerun
+    samples nothing again."""
+    data, out = toy_data / "heldout.parquet", tmp_path / "step"
+    common = {"engine": "hf", "max_tokens": 16, "verifier_workers": 1}
+    settings = {"a": {**common, "n": 2, "limit": 10}, "b": {**common, "n": 4, "limit": 8, "seed": 1}}
+    for name, values in settings.items():
+        (tmp_path / f"eval_{name}.yaml").write_text(yaml.safe_dump(values))
+    suite = {name: {"data": str(data), "config": str(tmp_path / f"eval_{name}.yaml"),
+                    "wandb": {"name": f"tiny-{name}", "config": {"method": "base", "benchmark": name}}}
+             for name in settings}  # fmt: skip
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    args = ["evaluate", "--model", str(tiny_model), "--suite", str(tmp_path / "suite.yaml"), "--out", str(out)]
+    assert main(args) == 0
+    summary = json.loads((out / "evaluations.json").read_text())
+    assert list(summary["benchmarks"]) == ["a", "b"]
+    for name in settings:
+        metrics = read_metrics(out / name)
+        assert summary["benchmarks"][name]["pass_at_k"] == {k: v["mean"] for k, v in metrics["pass_at_k"].items()}
+        assert metrics["samples_per_problem"] == settings[name]["n"] and metrics["problems"] == settings[name]["limit"]
+        (run,) = wandb_runs(out / name)
+        run = read_wandb_run(run)
+        assert (run["name"], run["config"]["benchmark"], run["config"]["method"]) == (f"tiny-{name}", name, "base")
+    # the engine of a, kept for b (the same model, engine and dtype); b's responses as pacs evaluate's alone
+    assert read_metrics(out / "a")["throughput"]["engine_start_s"] > 0
+    assert read_metrics(out / "b")["throughput"]["engine_start_s"] == 0
+    alone = tmp_path / "alone"
+    assert evaluate(tiny_model, data, alone, "--config", tmp_path / "eval_b.yaml", "--wandb", "disabled") == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "b" / "responses"), pd.read_parquet(alone / "responses"))
+    # run again: nothing sampled, every metrics.json recomputed and evaluations.json written again
+    parts = {p: p.stat().st_mtime_ns for p in out.rglob("part_*.parquet")}
+    assert main([*args, "--restart-on-change"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("part_*.parquet")} == parts
+    assert all(read_metrics(out / name)["throughput"]["parts_generated"] == 0 for name in settings)
+    # a settings file with an unknown key fails the suite before anything is sampled, naming the file and key
+    (tmp_path / "eval_b.yaml").write_text(yaml.safe_dump({**settings["b"], "temprature": 0.7}))
+    capsys.readouterr()
+    assert main([*args[:-1], str(tmp_path / "refused")]) == 2
+    error = capsys.readouterr().err
+    assert str(tmp_path / "eval_b.yaml") in error and "temprature" in error and not (tmp_path / "refused").exists()
+    assert main([*args, "--config", str(tmp_path / "eval_a.yaml")]) == 2  # the suite names each one's settings
 
 
 def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, toy_data, tmp_path):

@@ -108,8 +108,8 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
 
 
 def real_overlay(workdir: Path) -> str:
-    """config/tiny_real.yaml with MATH-500 only: its three other subsets are evaluated by the same code, each
-    evaluation a process whose start (imports) is most of its time, seven times over (CI time)."""
+    """config/tiny_real.yaml with MATH-500 only: its three other subsets are evaluated by the same code (CI
+    time)."""
     real = yaml.safe_load((REPO / "config" / "tiny_real.yaml").read_text())
     for section in ("prepare", "benchmarks"):
         real["data"][section] = {"math500": real["data"][section]["math500"]}
@@ -239,6 +239,13 @@ def test_tiny_experiment_end_to_end(tiny_run):
         metrics = json.loads((where / "metrics.json").read_text())
         assert metrics["task"] == {"toy_code_heldout": "code", "toy_choice_heldout": "choice"}[r.benchmark]
         assert sum(metrics["statuses"].values()) == metrics["problems"] * metrics["samples_per_problem"] > 0
+    # one evaluation job per model or checkpoint (pacs evaluate --suite): its benchmarks in one process, the
+    # transformers engine built once for all of them (their settings build the same one)
+    assert len(list((results / "logs" / "evaluate_model").rglob("*.log"))) == 14
+    done = json.loads((results / "eval/tiny/pacs/step_000010/evaluations.json").read_text())["benchmarks"]
+    assert list(done) == ["toy_heldout", "toy_code_heldout", "toy_choice_heldout", "math500"]
+    starts = [json.loads((tiny_run / e["metrics"]).read_text())["throughput"]["engine_start_s"] for e in done.values()]
+    assert starts[0] > 0 and starts[1:] == [0, 0, 0]
     # Table 1: the evaluate-only model (random weights, seed 1) beside the trained model's Base and PACS
     released = pd.read_csv(results / "tables" / "released.csv")
     assert list(dict.fromkeys(released["row"])) == ["Tiny Qwen2 (random), As released", "Tiny Qwen2, Base",
@@ -367,20 +374,20 @@ def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
 @pytest.mark.parametrize(
     "change, expected",
     [
-        # one run's hyperparameter: that training, its evaluations (last checkpoint × 2 benchmarks and 2 out of
-        # domain, and the toy task at step 5), its diversity, the reports; not its preflight, which the learning
-        # rate does not change
+        # one run's hyperparameter: that training, its evaluation jobs (step 5: the toy task; the last
+        # checkpoint: 2 benchmarks and 2 out of domain), its diversity, the reports; not its preflight, which the
+        # learning rate does not change
         (
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
-            {"train_policy": 1, "evaluate_model": 5, "measure_diversity": 1},
+            {"train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
         ),  # fmt: skip
-        # the evaluation N of one benchmark: its evaluations (base + 6 runs × 2 checkpoints + the released model),
-        # the diversity measured on it, the reports
+        # the evaluation N of one benchmark: every evaluation job that runs it (base + 6 runs × 2 checkpoints + the
+        # released model; pacs evaluate --suite samples that benchmark only), the diversity measured on it, the reports
         ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 14, "measure_diversity": 1}),
         # what a preflight measures (here GRPO's micro-batches): its preflight too, before the training
         (
             {"methods": {"grpo": {"train": {"trainer": {"micro_batch_size": 4}}}}},
-            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 5, "measure_diversity": 1},
+            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
         ),  # fmt: skip
     ],
 )

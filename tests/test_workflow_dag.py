@@ -5,6 +5,7 @@ other worker, beside the tiny experiment."""
 
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def test_the_paper_dry_run(tmp_path):
         "prepare_dataset": 5,  # deepscaler and four benchmarks
         "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
         "train_policy": 10,  # 2 models × 5 methods
-        "evaluate_model": 48,  # 2 models × (base + 5 runs) × 4 benchmarks
+        "evaluate_model": 12,  # 2 models × (base + 5 runs), each job on the 4 benchmarks
         **REPORT_JOBS,
     }
     run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
@@ -47,6 +48,11 @@ def test_the_paper_dry_run(tmp_path):
     assert f"runtime={runtime}," in job and "gpu=8" in job
     preflight = done.stdout.split("wildcards: shape=qwen2.5-7b_pacs")[1].split("\n")[1]
     assert "runtime=30," in preflight and "gpu=8" in preflight  # the training job's GPUs, preflight.runtime
+    # an evaluation job does its benchmarks one after the other: its runtime is the plan's for them together
+    hours = sum(float(re.search(rf"\| evaluate/qwen2.5-7b/base/step_000000/{b} \|(?:[^|]*\|){{5}} ([\d.]+) \|",
+                                plan).group(1)) for b in ("math500", "amc23", "aime2024", "aime2025"))  # fmt: skip
+    job = done.stdout.split("wildcards: model=qwen2.5-7b, method=base, step=000000")[1].split("\n")[1]
+    assert f"runtime={math.ceil(hours * 1.5 * 60 / 10) * 10}," in job and "gpu=1" in job  # plan.runtime_margin 1.5
 
 
 def test_the_paper_v2_dry_run(tmp_path):
@@ -55,8 +61,9 @@ def test_the_paper_v2_dry_run(tmp_path):
     carry v2's system message and Qwen3's thinking switch; PACS resets its reference every 20 steps."""
     done = snakemake(tmp_path, "-n", "-p", "--configfile", str(REPO / "config/paper_v2.yaml"))
     assert done.returncode == 0, done.stderr[-3000:]
-    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20))  # benchmarks × (bases + runs × checkpoints)
-    evaluations += 2 * (1 + 4) + 7 * 5  # Figure 6: Qwen3-8B's base and 4 runs × 2; Table 1: 7 released × 5
+    # one job per model or checkpoint, on each of its benchmarks: the bases and the runs' checkpoints on 5 (Figure 6
+    # adds 2 to Qwen3-8B's base and last checkpoints), and Table 1's 7 released models on 5
+    evaluations = 2 + 4 * (120 // 20) + 4 * (320 // 20) + 7
     assert job_counts(done.stdout + done.stderr) == {
         "prepare_dataset": 8,  # with LiveCodeBench and GPQA
         "preflight_job": 6,  # PACS w/o weight shares PACS's
@@ -111,9 +118,9 @@ def test_the_v2_ablation_overlay_plans_every_job(tmp_path):
     files = [str(REPO / "config/paper_v2.yaml"), str(REPO / "config/paper_v2_ablations.yaml")]
     done = snakemake(tmp_path, "-n", "--configfile", *files)
     assert done.returncode == 0, done.stderr[-3000:]
-    evaluations = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5
+    evaluations = 2 + 4 * (120 // 20) + 4 * (320 // 20) + 7  # the experiment's own (above)
     assert job_counts(done.stdout + done.stderr) == {
-        "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6 * 5,
+        "prepare_dataset": 8, "preflight_job": 6, "train_policy": 8 + 6, "evaluate_model": evaluations + 6,
         "measure_diversity": 4, **REPORT_JOBS}  # fmt: skip
     plan = (tmp_path / "results/paper_v2/plan.md").read_text()
     for method in ("pacs_beta_0.1", "pacs_beta_10", "pacs_grpo_score", "pacs_drgrpo_score"):
@@ -129,8 +136,8 @@ def test_the_one_step_off_overlay_adds_v2_pacs_trained_one_step_off(tmp_path):
     done = snakemake(tmp_path, "-n", "--configfile", *files)
     assert done.returncode == 0, done.stderr[-3000:]
     counts = job_counts(done.stdout + done.stderr)
-    v2 = 5 * (2 + 4 * (120 // 20) + 4 * (320 // 20)) + 2 * (1 + 4) + 7 * 5  # the experiment's own (above)
-    assert counts["train_policy"] == 8 + 1 and counts["evaluate_model"] == v2 + 5 * (120 // 20)
+    v2 = 2 + 4 * (120 // 20) + 4 * (320 // 20) + 7  # the experiment's own evaluation jobs (above)
+    assert counts["train_policy"] == 8 + 1 and counts["evaluate_model"] == v2 + 120 // 20
     run = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs_one_step_off.yaml")
     pacs = load_run_config(tmp_path / "results/paper_v2/configs/run_qwen3-4b_pacs.yaml")
     assert run.rollout.staleness == 1 and run.algorithm.options["tis_cap"] == 2.0

@@ -26,14 +26,16 @@ def shape_overrides(items: list[str]) -> dict:
 EVAL_FLAGS = ("n", "temperature", "top_p", "max_tokens", "seed", "limit", "chunk_problems", "engine", "dtype")
 
 
-def eval_config_from(args: argparse.Namespace):
-    """EvalConfig from --config (if given), then the flags given on the command line, then --greedy."""
+def eval_config_from(args: argparse.Namespace, path: Path | None = None):
+    """EvalConfig from ``path`` or else --config (if given), then the flags given on the command line, then
+    --greedy."""
     from pacs.config import from_dict, read_yaml
     from pacs.eval.config import GREEDY, EvalConfig
 
-    values = read_yaml(args.config) if args.config else {}
+    path = path or args.config
+    values = read_yaml(path) if path else {}
     if not isinstance(values, dict):
-        raise ValueError(f"{args.config}: expected a mapping of evaluation keys")
+        raise ValueError(f"{path}: expected a mapping of evaluation keys")
     values = {**values, **{k: getattr(args, k) for k in EVAL_FLAGS if getattr(args, k) is not None}}
     if args.workers is not None:
         values["verifier_workers"] = args.workers
@@ -41,7 +43,7 @@ def eval_config_from(args: argparse.Namespace):
         raise ValueError("bench eval: choose engines with --engines, not --engine")
     if args.greedy:
         values.update(GREEDY)
-    return from_dict(EvalConfig, values, str(args.config or "eval"))
+    return from_dict(EvalConfig, values, str(path or "eval"))
 
 
 def eval_arguments(parser: argparse.ArgumentParser) -> None:

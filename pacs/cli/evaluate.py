@@ -1,4 +1,5 @@
-"""`pacs evaluate`: N samples per problem from a model on one prepared benchmark; pass@k."""
+"""`pacs evaluate`: N samples per problem from a model on one prepared benchmark, or on each of a suite's
+(pacs.eval.suite: one process, the engine kept between them); pass@k."""
 
 import argparse
 from pathlib import Path
@@ -10,9 +11,13 @@ from pacs.wandb_runs import MODES, check_environment
 
 
 def add_parser(verbs) -> None:
-    ev = verbs.add_parser("evaluate", help="N samples per problem from a model on one prepared benchmark; pass@k")
+    ev = verbs.add_parser("evaluate", help="N samples per problem from a model on one prepared benchmark (or a suite "
+                          "of them); pass@k")  # fmt: skip
     ev.add_argument("--model", required=True, help="hub id, HF model directory or training checkpoint")
-    ev.add_argument("--data", type=Path, required=True, help="prepared parquet (pacs prepare-data)")
+    which = ev.add_mutually_exclusive_group(required=True)
+    which.add_argument("--data", type=Path, help="prepared parquet (pacs prepare-data)")
+    which.add_argument("--suite", type=Path, help="YAML: benchmark name → {data, config, wandb: {name, config}}; "
+                       "each in OUT/<name>, then OUT/evaluations.json (pacs.eval.suite)")  # fmt: skip
     ev.add_argument(
         "--out", type=Path, required=True, help="directory: config, responses/, metrics.json; rerun resumes"
     )
@@ -44,6 +49,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     extra = config_entries(args.wandb_config)  # before the evaluation: a bad entry fails at once
     check_environment(args.wandb)  # and an environment wandb refuses
+    if args.suite:
+        return cmd_evaluate_suite(args)
     metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
     logged = log_evaluation(metrics, args.out, args.wandb, args.wandb_project, args.wandb_group, args.wandb_name, extra)
     passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())
@@ -57,4 +64,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"statuses {metrics['statuses']}; engine {metrics['engine']}{rate}; wrote {args.out / 'metrics.json'}")
     if logged:
         print(f"wandb run ({args.wandb}): {logged}")
+    return 0
+
+
+def cmd_evaluate_suite(args: argparse.Namespace) -> int:
+    from pacs.eval.suite import evaluate_suite, read_suite
+
+    for flag in ("config", "wandb_name", "wandb_config"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag.replace('_', '-')} with --suite: the suite names each benchmark's")
+    suite = read_suite(args.suite)
+    # every settings file before the first sample; the command's flags override each
+    configs = {name: eval_config_from(args, entry.config) for name, entry in suite.items()}
+    wandb = {"mode": args.wandb, "project": args.wandb_project, "group": args.wandb_group}
+    summary = evaluate_suite(args.model, suite, configs, args.out, wandb, restart=args.restart_on_change)
+    print(f"{len(summary['benchmarks'])} benchmarks; wrote {args.out / 'evaluations.json'}")
     return 0

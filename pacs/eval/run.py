@@ -13,13 +13,17 @@ line against the gold letter (``pacs.verify.choice``; ``extracted`` holds the le
 
 Chunks are generated in order and each is written as soon as it is scored: a killed evaluation, run
 again, generates only the missing chunks; a finished one only recomputes its metrics.
+
+Several evaluations of one model in one process (``pacs evaluate --suite``, pacs.eval.suite) share a ``Kept``:
+the engine while the next evaluation would build the same one, and a verifier pool per distinct setting.
 """
 
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -81,6 +85,56 @@ def checkpoint_dtype(model: str, dtype: str) -> str:
     return str(stored).removeprefix("torch.") if stored is not None else "float32"
 
 
+def engine_key(kind: str, model: str, config: EvalConfig, longest_prompt: int) -> str:
+    """Everything ``build_engine`` builds from: two evaluations with one key can share an engine (the sampling
+    settings, n and max_tokens aside, travel with each generate call)."""
+    built = {"kind": kind, "model": model, "chat_template": config.chat_template, "dtype": config.dtype}
+    if kind == "vllm":
+        built.update(seed=config.seed, sequences=config.chunk_problems * config.n, vllm=to_dict(config.vllm),
+                     max_model_len=config.vllm.max_model_len or longest_prompt + config.max_tokens)  # fmt: skip
+    else:
+        built["prompt_batch_size"] = config.prompt_batch_size
+    return json.dumps(built, sort_keys=True)
+
+
+class Kept:
+    """The engine and verifier pools of one process that evaluates one model on several benchmarks (pacs.eval.suite):
+    the engine is kept while the next evaluation would build the same one (``engine_key``), and closed before
+    another is built (one engine at a time on the device); a verifier pool is kept per distinct verifier setting.
+    ``close`` ends them all."""
+
+    def __init__(self):
+        self._engine: RolloutEngine | None = None
+        self._engine_key: str | None = None
+        self._pools: dict[str, VerifierPool] = {}
+
+    def engine(self, key: str, build: Callable[[], RolloutEngine]) -> tuple[RolloutEngine, float]:
+        """The engine for ``key`` and the seconds its start took now (0 when kept)."""
+        if key != self._engine_key:
+            self._close_engine()
+            start = time.perf_counter()
+            self._engine, self._engine_key = build(), key
+            return self._engine, time.perf_counter() - start
+        return self._engine, 0.0
+
+    def pool(self, config: EvalConfig) -> VerifierPool:
+        key = json.dumps(to_dict([config.verifier, config.verifier_workers, config.code]), sort_keys=True)
+        if key not in self._pools:
+            self._pools[key] = VerifierPool(config.verifier, workers=config.verifier_workers, code=config.code)
+        return self._pools[key]
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            engine, self._engine, self._engine_key = self._engine, None, None
+            engine.close()
+
+    def close(self) -> None:
+        self._close_engine()
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
+
+
 def build_engine(kind: str, model: str, tokenizer, config: EvalConfig, longest_prompt: int) -> RolloutEngine:
     from transformers import GenerationConfig
 
@@ -125,11 +179,11 @@ def load_tokenizer(model: str, chat_template: str | None = None):
     return tokenizer
 
 
-def evaluate(
-    model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print, restart: bool = False
-) -> dict:
+def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print,
+             restart: bool = False, kept: Kept | None = None) -> dict:  # fmt: skip
     """Generate what ``out`` is missing, then write and return ``metrics.json``'s content. With ``restart``,
-    an ``out`` holding an evaluation under another config is emptied first instead of refused."""
+    an ``out`` holding an evaluation under another config is emptied first instead of refused. ``kept``: the
+    engine and pools of earlier evaluations in this process, kept for later ones (else this call's own)."""
     out = Path(out)
     problems = read_prepared(data)
     task = frame_task(problems, str(data))
@@ -157,7 +211,9 @@ def evaluate(
     log(f"{len(chunks)} chunks of up to {size} problems × {config.n} samples; {len(chunks) - len(todo)} done")
     run_info = {"parts_generated": len(todo), "parts_reused": len(chunks) - len(todo), "engine_start_s": 0.0}
     if todo:
-        run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, task, log)
+        with closing(Kept()) if kept is None else nullcontext(kept) as engines:
+            run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, task, engines,
+                                                          log)  # fmt: skip
     responses, infos = read_responses(out, [len(c) for c in chunks], config.n)
     metrics = {
         "model": model_id,
@@ -174,28 +230,29 @@ def evaluate(
 
 
 def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], out: Path, config: EvalConfig,
-                     engine_kind: str, task: str, log: Callable[[str], None]) -> float:  # fmt: skip
-    """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds."""
+                     engine_kind: str, task: str, kept: Kept, log: Callable[[str], None]) -> float:  # fmt: skip
+    """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds (0 if kept)."""
     tokenizer = load_tokenizer(model, config.chat_template)
     prompts = [prompt_token_ids(tokenizer, chunk["prompt"], config.chat_template_kwargs) for chunk in chunks]
     # the pool first: a required isolation (eval.code.isolation) that this machine lacks fails before the model loads
-    with VerifierPool(config.verifier, workers=config.verifier_workers, code=config.code) as pool:
+    pool = kept.pool(config)
+    longest = max(len(p) for c in prompts for p in c)
+    engine, engine_start_s = kept.engine(
+        engine_key(engine_kind, model, config, longest),
+        lambda: build_engine(engine_kind, model, tokenizer, config, longest),
+    )
+    for c in todo:
+        params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
+                                seed=eval_seed(config.seed, c))  # fmt: skip
         start = time.perf_counter()
-        engine = build_engine(engine_kind, model, tokenizer, config, max(len(p) for c in prompts for p in c))
-        engine_start_s = time.perf_counter() - start
-        with closing(engine):
-            for c in todo:
-                params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
-                                        seed=eval_seed(config.seed, c))  # fmt: skip
-                start = time.perf_counter()
-                completions = engine.generate(prompts[c], params)
-                seconds = time.perf_counter() - start
-                golds = [str(g) for g in chunks[c]["ground_truth"]]
-                verdicts = score_completions(golds, completions, pool.score, task)
-                frame = response_frame(chunks[c], completions, verdicts, task)
-                info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
-                atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
-                log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
+        completions = engine.generate(prompts[c], params)
+        seconds = time.perf_counter() - start
+        golds = [str(g) for g in chunks[c]["ground_truth"]]
+        verdicts = score_completions(golds, completions, pool.score, task)
+        frame = response_frame(chunks[c], completions, verdicts, task)
+        info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
+        atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
+        log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
     return engine_start_s
 
 

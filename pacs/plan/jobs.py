@@ -17,7 +17,7 @@ alone, each engine (``tensor_parallel_size`` GPUs) taking its share of the probl
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pacs.algorithms.options import get_algorithm
 from pacs.config import ConfigError, from_dict
@@ -281,8 +281,16 @@ class Plan:
     def job(self, name: str) -> Job:
         return next(j for j in self.jobs if j.name == name)
 
-    def runtime_minutes(self, name: str) -> int | None:
-        return self.job(name).runtime_minutes(self.settings.runtime_margin)
+    def runtime_minutes(self, *names: str) -> int | None:
+        """The SLURM runtime of one job that does the named jobs one after the other (an evaluation job: its
+        benchmarks)."""
+        jobs = [self.job(name) for name in names]
+        if len(jobs) == 1:
+            return jobs[0].runtime_minutes(self.settings.runtime_margin)
+        if any(j.seconds is None for j in jobs):
+            return None
+        whole = replace(jobs[0], seconds=sum(j.seconds for j in jobs))
+        return whole.runtime_minutes(self.settings.runtime_margin)
 
     def segments(self, name: str) -> int:
         job = self.job(name)

@@ -66,8 +66,17 @@ def checkpoint(model, method, step):
     return f"{run_dir(model, method)}/checkpoints/step_{int(step):06d}"
 
 
-def eval_dir(model, method, step, benchmark):
-    return f"{RESULTS}/eval/{model}/{method}/step_{int(step):06d}/{benchmark}"
+def eval_dir(model, method, step, benchmark=None):
+    """An evaluation's directory; without ``benchmark``, the evaluation job's (every benchmark of the model or
+    checkpoint below it, and its evaluations.json)."""
+    step_dir = f"{RESULTS}/eval/{model}/{method}/step_{int(step):06d}"
+    return step_dir if benchmark is None else f"{step_dir}/{benchmark}"
+
+
+def evaluated(model, method, step):
+    """The output of the evaluation job of a model or checkpoint (pacs evaluate --suite): written once every
+    benchmark that evaluates it has its metrics.json."""
+    return f"{eval_dir(model, method, step)}/evaluations.json"
 
 
 RUNS = list(RUN_CONFIGS)
@@ -84,6 +93,27 @@ for (model, method), run in RUN_CONFIGS.items():
 EVAL_SETTINGS = experiment.evaluation_settings(config, RUN_CONFIGS)
 for name, settings in EVAL_SETTINGS.items():  # eval_<benchmark>, and eval_<benchmark>_<released model>
     write_if_changed(f"{CONFIGS}/{name}.yaml", yaml.safe_dump(settings, sort_keys=False))
+# One evaluation job per model or checkpoint, every benchmark that evaluates it in one process (pacs evaluate
+# --suite: imports, the wandb service and the engine once): its suite file names each benchmark's data, settings
+# file and wandb run, written again only when it changes
+SUITES = {}
+for e in EVALUATIONS:
+    SUITES.setdefault((e["model"], e["method"], f"{int(e['step']):06d}"), []).append(e)
+
+
+def suite_file(model, method, step):
+    return f"{CONFIGS}/evaluate/{model}/{method}/step_{int(step):06d}.yaml"
+
+
+def suite_entry(e):
+    spec = experiment.eval_wandb(config, RUN_CONFIGS, e)
+    return {"data": data_file(e["benchmark"]), "config": f"{CONFIGS}/{experiment.eval_config_name(config, e)}.yaml",
+            "wandb": {"name": spec["name"], "config": spec["config"]}}
+
+
+for (model, method, step), suite in SUITES.items():
+    entries = {e["benchmark"]: suite_entry(e) for e in suite}
+    write_if_changed(suite_file(model, method, step), yaml.safe_dump(entries, sort_keys=False))
 DIVERSITY = experiment.diversity_jobs(config, RUN_CONFIGS)
 for d in DIVERSITY:
     for e in d["evaluations"].values():
@@ -163,11 +193,11 @@ def preflight_needed(w):
 
 
 def planned_runtime(kind):
-    """A GPU rule's runtime in minutes from the plan, for each job (train or evaluate)."""
+    """A GPU rule's runtime in minutes from the plan, for each job (train, or evaluate: its benchmarks together)."""
     if kind == "train":
         return lambda wildcards: PLAN.runtime_minutes(f"train/{wildcards.model}/{wildcards.method}")
-    return lambda wildcards: PLAN.runtime_minutes(
-        f"evaluate/{wildcards.model}/{wildcards.method}/step_{wildcards.step}/{wildcards.benchmark}"
+    return lambda w: PLAN.runtime_minutes(
+        *(f"evaluate/{w.model}/{w.method}/step_{w.step}/{e['benchmark']}" for e in SUITES[(w.model, w.method, w.step)])
     )
 
 
@@ -277,9 +307,12 @@ def evaluated_model(w):
     return model_path(w.model) if w.method in ("base", "released") else checkpoint(w.model, w.method, w.step)
 
 
-def evaluation_config(w):
-    """Its settings file: eval_<benchmark>.yaml, or a released model's own (experiment.eval_config_name)."""
-    return f"{CONFIGS}/{experiment.eval_config_name(config, {'model': w.model, 'benchmark': w.benchmark})}.yaml"
+def evaluation_suite(w):
+    """An evaluation job's suite file, and each of its benchmarks' data and settings file (eval_<benchmark>.yaml,
+    or a released model's own: experiment.eval_config_name)."""
+    entries = [suite_entry(e) for e in SUITES[(w.model, w.method, w.step)]]
+    return {"suite": suite_file(w.model, w.method, w.step), "configs": [e["config"] for e in entries],
+            "data": [e["data"] for e in entries]}
 
 
 # wandb: every training run, every evaluation and the report a run of its own, offline unless train.logging.wandb
@@ -288,13 +321,10 @@ WANDB = experiment.wandb_logging(config)
 
 
 def evaluation_wandb(w):
-    """`pacs evaluate`'s wandb options for one evaluation: mode, project, group (its training run's), name and the
-    config entries naming it (experiment.eval_wandb)."""
-    evaluation = {"model": w.model, "method": w.method, "step": int(w.step), "benchmark": w.benchmark}
-    spec = experiment.eval_wandb(config, RUN_CONFIGS, evaluation)
-    args = ["--wandb", spec["mode"], "--wandb-project", spec["project"], "--wandb-group", spec["group"],
-            "--wandb-name", spec["name"], *(f"--wandb-config={k}={v}" for k, v in spec["config"].items())]
-    return shlex.join(args)
+    """`pacs evaluate`'s wandb options for an evaluation job: mode, project and group (its training run's;
+    experiment.eval_wandb); each benchmark's run name and config entries are in its suite file."""
+    spec = experiment.eval_wandb(config, RUN_CONFIGS, SUITES[(w.model, w.method, w.step)][0])
+    return shlex.join(["--wandb", spec["mode"], "--wandb-project", spec["project"], "--wandb-group", spec["group"]])
 
 
 def evaluation_inputs(w):
@@ -314,7 +344,7 @@ def diversity_inputs(w):
     built embedding model."""
     job = next(d for d in DIVERSITY if (d["model"], d["benchmark"]) == (w.model, w.benchmark))
     built = [f"{RESULTS}/embedder/tiny"] if (config.get("diversity") or {}).get("embedder", {}).get("build") else []
-    return [e["metrics"] for e in job["evaluations"].values()] + built
+    return sorted({evaluated(e["model"], e["method"], e["step"]) for e in job["evaluations"].values()}) + built
 
 
 def diversity_args(w):

@@ -1,26 +1,27 @@
 # Every model's base weights, every run's selected checkpoints and every released model, on the benchmarks
-# that evaluate each (data.benchmarks.<b>.models; released models on those in domain). The declared
-# output is metrics.json only: responses/ survives a failed job, and the rerun resumes it. Each job also writes
-# its evaluation as a wandb run of its own under wandb/ beside it (pacs.eval.wandb_run), replaced by a rerun.
+# that evaluate each (data.benchmarks.<b>.models; released models on those in domain): one job per model or
+# checkpoint, its benchmarks one after the other in one process (pacs evaluate --suite), each in its own directory
+# (<benchmark>/: config.yaml, responses/, metrics.json) and a wandb run of its own under wandb/ there
+# (pacs.eval.wandb_run), replaced by a rerun. The declared output is evaluations.json, written last: responses/
+# survive a failed job, and the rerun resumes them; a benchmark whose settings did not change is not sampled again.
 
 
 rule evaluate_model:
     input:
-        config=evaluation_config,
-        data=lambda w: data_file(w.benchmark),
+        unpack(evaluation_suite),
         model=evaluation_inputs,
     output:
-        f"{RESULTS}/eval/{{model}}/{{method}}/step_{{step}}/{{benchmark}}/metrics.json",
+        f"{RESULTS}/eval/{{model}}/{{method}}/step_{{step}}/evaluations.json",
     params:
         model=evaluated_model,
-        out=lambda w: eval_dir(w.model, w.method, w.step, w.benchmark),
+        out=lambda w: eval_dir(w.model, w.method, w.step),
         wandb=evaluation_wandb,
     log:
-        f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}/{{benchmark}}.log",
+        f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}.log",
     resources:
         **resources("evaluate"),
     conda:
         ENV
     shell:
-        "pacs evaluate --config {input.config} --model {params.model} --data {input.data} --out {params.out}"
+        "pacs evaluate --model {params.model} --suite {input.suite} --out {params.out}"
         " --restart-on-change {params.wandb} > {log} 2>&1"

@@ -12,7 +12,7 @@ PER_PROBLEM = f"{RESULTS}/report/per_problem.csv"
 rule collect_pass_at_k:
     input:
         manifest=MANIFEST,
-        metrics=[e["metrics"] for e in EVALUATIONS],
+        evaluated=[evaluated(*job) for job in SUITES],
     output:
         pass_at_k=PASS_AT_K,
         per_problem=PER_PROBLEM,
