@@ -166,6 +166,31 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 _durations: dict[str, list] = {}  # nodeid -> [seconds of setup, call and teardown, {marks}]
+_cpu: dict[str, float] = {}  # module -> CPU seconds of its tests (user + system, the children waited for included)
+_cpu_mark = [0.0]  # this process's CPU seconds at the end of the last phase measured
+
+
+def cpu_seconds() -> float:
+    """User and system seconds of this process and of every child process it waited for (theirs included)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    _cpu_mark[0] = cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's CPU seconds on the report (``cpu_s_<phase>`` in its user properties), which reach the
+    controller from an xdist worker: CPU, unlike time, does not grow when the other worker competes for the
+    cores. Processes nobody waits for (SLURM's jobs, wandb's service) are not in it."""
+    report = (yield).get_result()
+    now = cpu_seconds()
+    report.user_properties.append((f"cpu_s_{call.when}", now - _cpu_mark[0]))
+    _cpu_mark[0] = now
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -176,6 +201,8 @@ def pytest_runtest_logreport(report) -> None:
         sys.stderr.write(f"\n{report.nodeid} ({report.when}):\n{report.longreprtext}\n")
     entry = _durations.setdefault(report.nodeid, [0.0, set()])
     entry[0] += report.duration
+    module = report.nodeid.split("::")[0]
+    _cpu[module] = _cpu.get(module, 0.0) + sum(v for k, v in report.user_properties if k == f"cpu_s_{report.when}")
     entry[1] |= {m for m in ("slow", "gpu") if m in report.keywords}
 
 
@@ -195,3 +222,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     unmarked = sorted((s, n) for n, (s, marks) in _durations.items() if s > SLOW_S and "slow" not in marks)
     for seconds, nodeid in reversed(unmarked):
         write(f"over {SLOW_S:.0f} s without the slow mark: {nodeid} ({seconds:.0f} s)")
+    terminalreporter.section("CPU seconds per module")  # the children waited for included
+    write(f"all: {sum(_cpu.values()):.0f} s")
+    for module, seconds in sorted(_cpu.items(), key=lambda kv: -kv[1]):
+        write(f"{module}: {seconds:.0f} s")

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -283,23 +284,42 @@ def math500_subset(shared_data, tiny_model, tmp_path_factory):
     return out
 
 
-def run_both(model, data, tmp_path, config, *flags) -> tuple[pd.DataFrame, pd.DataFrame]:
-    outs = {}
+@pytest.fixture(scope="module")
+def both_engines(vllm_installed, tiny_model, toy_data, math500_subset, tmp_path_factory) -> Path:
+    """Each engine's `pacs evaluate --suite` in a process of its own, on two benchmarks: ``greedy``, a real benchmark
+    subset greedily, and ``sampled``, the toy task at the paper's temperature; vLLM's engine built once for both
+    (one ``max_model_len`` and one ``chunk_problems × n``). ENGINES/<engine>/<benchmark>."""
+    root = tmp_path_factory.mktemp("engines")
+    vllm = {"gpu_memory_utilization": 1.0, "enforce_eager": True, "max_model_len": 256}  # prompts ≤ 224 + 32
+    settings = {"greedy": {"n": 1, "temperature": 0.0, "top_p": 1.0, "limit": 16, "max_tokens": 32},
+                "sampled": {"n": 8, "chunk_problems": 8, "max_tokens": 16}}  # fmt: skip
+    suite = {}
+    for name, data in (("greedy", math500_subset), ("sampled", toy_data / "heldout.parquet")):
+        (root / f"{name}.yaml").write_text(yaml.safe_dump({**settings[name], "verifier_workers": 1, "vllm": vllm}))
+        suite[name] = {"data": str(data), "config": str(root / f"{name}.yaml")}
+    (root / "suite.yaml").write_text(yaml.safe_dump(suite))
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
     for engine in ("hf", "vllm"):
-        done = cli(model, data, tmp_path / engine, "--engine", engine, "--config", config, *flags)
+        command = [sys.executable, "-m", "pacs.cli", "evaluate", "--model", str(tiny_model), "--suite",
+                   str(root / "suite.yaml"), "--out", str(root / engine), "--engine", engine,
+                   "--wandb", "disabled"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert read_metrics(tmp_path / engine)["engine"] == engine
-        outs[engine] = pd.read_parquet(tmp_path / engine / "responses")
-    return outs["hf"], outs["vllm"]
+        assert {read_metrics(root / engine / name)["engine"] for name in suite} == {engine}
+    starts = [read_metrics(root / "vllm" / name)["throughput"]["engine_start_s"] for name in suite]
+    assert starts[0] > 0 and starts[1] == 0  # the engine kept for the second benchmark
+    return root
 
 
-# slow: two evaluations of a real benchmark, one per engine: the engines' greedy agreement on real prompts
+def both(engines: Path, benchmark: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return tuple(pd.read_parquet(engines / engine / benchmark / "responses") for engine in ("hf", "vllm"))
+
+
+# slow (both below: whichever runs first builds their fixture, one suite per engine and one vLLM start-up): the
+# engines' greedy agreement on real prompts
 @pytest.mark.slow
-def test_vllm_and_transformers_agree_greedily_on_a_real_benchmark_subset(
-    vllm_config, tiny_model, math500_subset, tmp_path
-):
-    flags = ["--greedy", "--limit", 16, "--max-tokens", 32, "--workers", 1]
-    hf, vllm = run_both(tiny_model, math500_subset, tmp_path, vllm_config, *flags)
+def test_vllm_and_transformers_agree_greedily_on_a_real_benchmark_subset(both_engines):
+    hf, vllm = both(both_engines, "greedy")
     assert len(hf) == 16 and hf["id"].str.startswith("test/").all()
     assert vllm["response"].tolist() == hf["response"].tolist()
     assert vllm["response_tokens"].tolist() == hf["response_tokens"].tolist()
@@ -307,14 +327,14 @@ def test_vllm_and_transformers_agree_greedily_on_a_real_benchmark_subset(
     assert vllm["status"].tolist() == hf["status"].tolist()
 
 
-# slow: 200 problems × 8 samples per engine, the most that tells their distributions apart from noise
+# slow (the fixture above): 200 problems × 8 samples per engine, the most that tells their distributions apart
 @pytest.mark.slow
-def test_vllm_samples_from_the_same_distribution(vllm_config, tiny_model, toy_data, tmp_path):
+def test_vllm_samples_from_the_same_distribution(both_engines):
     """n = 8 samples of 200 problems at the paper's temperature and top_p: the two engines' pass@1 agree
     within sampling noise (its standard error here is about 0.012)."""
-    hf, vllm = run_both(tiny_model, toy_data / "heldout.parquet", tmp_path, vllm_config, "--n", 8, *TOY_FLAGS)
+    hf, vllm = both(both_engines, "sampled")
     assert len(hf) == len(vllm) == 1600
-    metrics = {e: read_metrics(tmp_path / e) for e in ("hf", "vllm")}
+    metrics = {e: read_metrics(both_engines / e / "sampled") for e in ("hf", "vllm")}
     pass1 = {e: m["pass_at_k"]["1"]["mean"] for e, m in metrics.items()}
     assert abs(pass1["hf"] - pass1["vllm"]) < 0.06, pass1
     counts = pd.DataFrame(metrics["vllm"]["per_problem"])
