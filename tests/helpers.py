@@ -278,6 +278,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def start_paused(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> subprocess.Popen:
+    """Start ``command`` and pause it (SIGSTOP) as soon as ``ready()``: alive, whatever the machine's speed, until
+    the caller sends SIGCONT; fails if it ended on its own first."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not ready():
+        assert proc.poll() is None, f"{command[2:4]} ended before it could be paused"
+        time.sleep(poll_s)
+    os.kill(proc.pid, signal.SIGSTOP)
+    return proc
+
+
 def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> None:
     """Start ``command`` and SIGKILL it, with every process it started (torchrun's ranks), as soon as
     ``ready()``; fails if it ended on its own first, or if anything it started is still alive after."""

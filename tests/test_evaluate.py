@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import read_wandb_run, run_until_killed, wandb_runs, wandb_table
+from helpers import read_wandb_run, run_until_killed, start_paused, wandb_runs, wandb_table
 
 from pacs.cli import main
 from pacs.eval.passk import mean_pass_at_k
@@ -89,7 +91,7 @@ def test_a_finished_evaluation_run_again_only_recomputes_metrics(toy_eval, tiny_
     assert evaluate(tiny_model, toy_data / "heldout.parquet", toy_eval, *flags, "--n", 4) == 2
 
 
-def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_model, toy_data, tmp_path):
+def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_model, toy_data, tmp_path, capsys):
     data = toy_data / "heldout.parquet"
     flags = ["--engine", "hf", "--n", 4, "--chunk-problems", 10, *TOY_FLAGS]  # 20 chunks
     killed = tmp_path / "killed"
@@ -107,6 +109,21 @@ def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_m
     assert evaluate(tiny_model, data, whole, *flags) == 0
     pd.testing.assert_frame_equal(pd.read_parquet(killed / "responses"), pd.read_parquet(whole / "responses"))
     assert read_metrics(whole)["pass_at_k"] == metrics["pass_at_k"]
+    # a second writer into a live evaluation (paused after its first chunk) is refused at once, naming the holder;
+    # the live one then ends as if alone
+    live = tmp_path / "live"
+    command = [sys.executable, "-m", "pacs.cli", "evaluate", "--model", str(tiny_model), "--data", str(data),
+               "--out", str(live), *map(str, flags)]  # fmt: skip
+    process = start_paused(command, os.environ.copy(), lambda: any((live / "responses").glob("part_*.parquet")))
+    try:
+        capsys.readouterr()
+        assert evaluate(tiny_model, data, live, *flags) == 2
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    error = capsys.readouterr().err
+    assert f"{live}: pid {process.pid} on {socket.gethostname()}" in error and "refuses a second writer" in error
+    assert process.wait(timeout=600) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(live / "responses"), pd.read_parquet(whole / "responses"))
 
 
 def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(

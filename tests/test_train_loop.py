@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import read_wandb_run, run_until_killed, threads, wandb_runs
+from helpers import read_wandb_run, run_until_killed, start_paused, threads, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -142,6 +143,31 @@ def test_a_finished_run_does_nothing(uninterrupted, config, capsys):
     assert main(["train", "--config", str(config), "--out", str(uninterrupted)]) == 0
     assert "already complete" in capsys.readouterr().out
     assert before == {p: p.stat().st_mtime_ns for p in uninterrupted.rglob("*") if p.is_file()}
+
+
+def test_a_second_writer_into_a_live_run_is_refused_naming_it_and_the_live_run_ends_as_if_alone(
+    uninterrupted, config, tmp_path
+):
+    """pacs train into the directory of a live run (paused after its first step, so that it is live whatever the
+    machine's speed) exits at once, naming the holder and the directory; the live run then ends bitwise as if
+    alone. The kernel lets the lock go with its holder: a killed run's directory takes the next run
+    (test_killed_run_resumes_bitwise)."""
+    out = tmp_path / "live"
+    command = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    metrics = out / "metrics.jsonl"
+    live = start_paused(command, {**os.environ, "OMP_NUM_THREADS": threads()},
+                        lambda: metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics)))  # fmt: skip
+    try:
+        second = run_cli(config, out)
+    finally:
+        os.kill(live.pid, signal.SIGCONT)
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"{out}: pid {live.pid} on {socket.gethostname()} since " in second.stderr
+    assert "pacs train refuses a second writer" in second.stderr
+    assert live.wait(timeout=600) == 0
+    assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
+    assert rewards(out) == rewards(uninterrupted)
+    assert not (out / ".lock.holder").exists()  # the holder's name goes with it; .lock stays, never written
 
 
 def test_a_run_dir_refuses_a_changed_config(uninterrupted, tiny_model, toy_data, tmp_path, capsys):

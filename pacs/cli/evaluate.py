@@ -8,6 +8,7 @@ import yaml
 
 from pacs.cli.common import eval_arguments, eval_config_from
 from pacs.wandb_runs import MODES, check_environment
+from pacs.writer_lock import sole_writer
 
 
 def add_parser(verbs) -> None:
@@ -51,8 +52,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_environment(args.wandb)  # and an environment wandb refuses
     if args.suite:
         return cmd_evaluate_suite(args)
-    metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
-    logged = log_evaluation(metrics, args.out, args.wandb, args.wandb_project, args.wandb_group, args.wandb_name, extra)
+    with sole_writer(args.out, "pacs evaluate"):  # the evaluation and its wandb run: one writer (pacs.writer_lock)
+        metrics = evaluate(args.model, args.data, args.out, eval_config_from(args), restart=args.restart_on_change)
+        logged = log_evaluation(metrics, args.out, args.wandb, args.wandb_project, args.wandb_group, args.wandb_name,
+                                extra)  # fmt: skip
     passk = ", ".join(f"pass@{k} {v['mean']:.3f}" for k, v in metrics["pass_at_k"].items())
     speed = metrics["throughput"]
     rate = (

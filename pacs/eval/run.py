@@ -38,6 +38,7 @@ from pacs.rollout import RolloutEngine, SamplingParams
 from pacs.rollout.base import eval_seed, stop_token_ids
 from pacs.rollout.vllm import vllm_available
 from pacs.verify import VerifierPool
+from pacs.writer_lock import sole_writer
 
 PART = "part_{:05d}.parquet"
 
@@ -183,8 +184,14 @@ def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callabl
              restart: bool = False, kept: Kept | None = None) -> dict:  # fmt: skip
     """Generate what ``out`` is missing, then write and return ``metrics.json``'s content. With ``restart``,
     an ``out`` holding an evaluation under another config is emptied first instead of refused. ``kept``: the
-    engine and pools of earlier evaluations in this process, kept for later ones (else this call's own)."""
-    out = Path(out)
+    engine and pools of earlier evaluations in this process, kept for later ones (else this call's own). ``out``
+    has one writer at a time (pacs.writer_lock): another process evaluating into it is refused at once."""
+    with sole_writer(out, "pacs evaluate"):
+        return _evaluate(model, data, Path(out), config, log, restart, kept)
+
+
+def _evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None], restart: bool,
+              kept: Kept | None) -> dict:  # fmt: skip
     problems = read_prepared(data)
     task = frame_task(problems, str(data))
     if config.limit is not None:

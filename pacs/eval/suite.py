@@ -26,6 +26,7 @@ from pacs.eval.config import EvalConfig
 from pacs.eval.run import Kept, evaluate
 from pacs.eval.wandb_run import log_evaluation
 from pacs.io import atomic_write_json
+from pacs.writer_lock import sole_writer
 
 SUMMARY = "evaluations.json"
 
@@ -67,15 +68,16 @@ def evaluate_suite(model: str, suite: dict[str, Entry], configs: dict[str, EvalC
     ``out/<name>``, each a wandb run (``wandb``: mode, project, group); then write and return ``out/evaluations.json``:
     ``{"model", "benchmarks": {name: {"metrics", "pass_at_k": {k: mean}, "wandb"}}}``."""
     done = {}
-    with closing(Kept()) as kept:
+    with sole_writer(out, "pacs evaluate --suite"), closing(Kept()) as kept:
         for name, entry in suite.items():
             log(f"{name}: {entry.data}")
-            metrics = evaluate(model, entry.data, out / name, configs[name], log, restart, kept)
-            logged = log_evaluation(metrics, out / name, wandb["mode"], wandb.get("project", "pacs"),
-                                    wandb.get("group"), entry.wandb_name, entry.wandb_config)  # fmt: skip
+            with sole_writer(out / name, "pacs evaluate"):  # the evaluation and its wandb run
+                metrics = evaluate(model, entry.data, out / name, configs[name], log, restart, kept)
+                logged = log_evaluation(metrics, out / name, wandb["mode"], wandb.get("project", "pacs"),
+                                        wandb.get("group"), entry.wandb_name, entry.wandb_config)  # fmt: skip
             passk = {k: v["mean"] for k, v in metrics["pass_at_k"].items()}
             done[name] = {"metrics": str(out / name / "metrics.json"), "pass_at_k": passk, "wandb": logged}
             log(f"{name}: " + ", ".join(f"pass@{k} {v:.3f}" for k, v in done[name]["pass_at_k"].items()))
-    summary = {"model": model, "benchmarks": done}
-    atomic_write_json(out / SUMMARY, summary)
+        summary = {"model": model, "benchmarks": done}
+        atomic_write_json(out / SUMMARY, summary)
     return summary

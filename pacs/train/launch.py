@@ -24,6 +24,7 @@ from pacs.config import to_dict
 from pacs.train.config import load_run_config
 from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
 from pacs.wandb_runs import check_environment, start_run
+from pacs.writer_lock import sole_writer
 
 
 def _wandb_logger(config, out: Path):
@@ -130,10 +131,19 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     """Start the run as the request and the environment say (module docstring); returns the exit status:
     ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.train.segments``)."""
     environ, job = os.environ, job or JobOptions()
-    if "LOCAL_RANK" in environ:  # a rank torchrun started
-        return run(config_path, out, job)
+    if "LOCAL_RANK" in environ:  # a rank torchrun started: rank 0 holds the directory's lock for the job, unless
+        if int(environ.get("RANK", 0)):  # the pacs train that started torchrun holds it (pacs.writer_lock)
+            return run(config_path, out, job)
+        with sole_writer(out, "pacs train"):
+            return run(config_path, out, job)
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
+    with sole_writer(out, "pacs train"):  # one writer per run directory, for as long as the job lives
+        return _launch(config_path, out, job, nproc_per_node, nnodes)
+
+
+def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, nnodes: int) -> int:
+    environ = os.environ
     args = ["--config", str(config_path), "--out", str(out), "--attempt", str(job.attempt),
             *(["--restart-on-change"] if job.restart_on_change else []),
             *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else [])]  # fmt: skip

@@ -1,0 +1,80 @@
+"""One writer per output directory: `pacs train` and `pacs evaluate` hold an advisory lock on ``OUT/.lock`` for as
+long as they write into OUT, so that a second command started into a live directory exits at once instead of
+writing over the first one's checkpoints or responses.
+
+The lock is POSIX's (``fcntl``), taken without waiting: the kernel releases it when its holder exits or dies, so a
+crashed or killed run leaves no stale lock to clear by hand. ``.lock`` itself is never written (a finished run run
+again changes nothing in OUT); while it holds the lock the holder names itself (host, pid, command, since when) in
+``.lock.holder``, removed when it lets go, which a refused writer's error repeats. The processes a holder starts
+(torchrun's ranks) write under its lock: ``PACS_WRITER_LOCK`` names the directory for them.
+
+On one machine the lock is exact. On a cluster's shared file system it is what the file system makes of POSIX
+locks: NFS v4 and Lustre mounted with ``flock`` give every node the same lock; Lustre's ``localflock`` gives each
+node its own (two nodes are then not kept apart), and a file system that refuses locks fails the command, naming
+the directory (config/README.md, "One writer per directory").
+"""
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK, HOLDER = ".lock", ".lock.holder"
+HELD = "PACS_WRITER_LOCK"  # the directory whose lock a parent process holds for this one
+
+
+class DirectoryBusy(ValueError):
+    """Another live process writes into the directory."""
+
+
+def holder_of(out: Path) -> str:
+    """The live holder as it named itself, or what can be said without it."""
+    try:
+        holder = json.loads((Path(out) / HOLDER).read_text())
+    except (OSError, ValueError):
+        return "a process that has not named itself yet"
+    since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(holder["since"]))
+    return f"pid {holder['pid']} on {holder['host']} since {since}: {holder['command']}"
+
+
+@contextmanager
+def sole_writer(out: Path, what: str) -> Iterator[None]:
+    """Hold OUT's lock for the block (OUT created if missing); raises ``DirectoryBusy`` at once, naming the holder
+    and OUT, when another process holds it. Within a holder's own children (``HELD``), nothing to take."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get(HELD) == str(out.resolve()):
+        yield
+        return
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            raise DirectoryBusy(f"{out}: {holder_of(out)} writes here; {what} refuses a second writer (wait for "
+                                f"it to end, or stop it: its lock goes with it)") from None  # fmt: skip
+        except OSError as e:
+            raise OSError(f"{out}: the file system refused a lock on {LOCK} ({e}); {what} needs one to keep a "
+                          "second writer out (config/README.md, \"One writer per directory\")") from e  # fmt: skip
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
+                  "command": " ".join(sys.argv)}  # fmt: skip
+        tmp = out / f"{HOLDER}.{os.getpid()}"
+        tmp.write_text(json.dumps(holder))
+        tmp.replace(out / HOLDER)
+        before = os.environ.get(HELD)
+        os.environ[HELD] = str(out.resolve())
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(HELD, None)
+            else:
+                os.environ[HELD] = before
+            (out / HOLDER).unlink(missing_ok=True)
+    finally:
+        os.close(fd)  # the lock with it
