@@ -313,6 +313,29 @@ def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], p
     assert not alive, f"processes {alive} survived the kill"
 
 
+def signal_alone(command: list[str], env: dict, ready: Callable[[], bool], signum: int,
+                 poll_s: float = 0.02) -> tuple[subprocess.Popen, list[int]]:  # fmt: skip
+    """Start ``command`` and, as soon as ``ready()``, send ``signum`` to its own process alone (what a user, an
+    OOM killer or a closed terminal does to `pacs train`); returns it and the processes it had started then."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not ready():
+        assert proc.poll() is None, f"{command[2:4]} ended before the signal"
+        time.sleep(poll_s)
+    tree = descendants(proc.pid)
+    os.kill(proc.pid, signum)
+    return proc, tree
+
+
+def survivors(pids: list[int], within_s: float) -> list[int]:
+    """Those of ``pids`` still running after ``within_s`` seconds (zombies are not running)."""
+    deadline = time.monotonic() + within_s
+    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists() and not _zombie(pid)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    return alive
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -4,6 +4,7 @@ while writing a checkpoint that resumes from its sharded checkpoint to the same 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import run_until_killed
+from helpers import signal_alone, survivors
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from pacs.train import checkpoint as ckpt
 from pacs.train.launch import free_port, multinode_command, torchrun_command
+from pacs.train.segments import EXIT_STOPPED, read_segments
 
 STEPS = 4
 TRAINER = {"total_steps": STEPS, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
@@ -68,17 +70,30 @@ def test_two_nodes_train_with_sharded_checkpoints(two_nodes, tiny_model):
     assert (last / "critic" / "model.safetensors").is_file()
 
 
+def assert_same_run(out: Path, reference: Path) -> None:
+    for name in ("model.safetensors", "critic/model.safetensors"):
+        a, b = final(out, name), final(reference, name)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert [r.get("reward/mean") for r in read_metrics(out)] == [r.get("reward/mean") for r in read_metrics(reference)]
+
+
+# slow: three interrupted jobs of two ranks and their resumes, against the two-node run
 @pytest.mark.slow
 def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
-    """`pacs train --nproc-per-node 2` (standalone torchrun) killed after step 3; rerun, its ranks die
-    while writing the step-4 checkpoint; rerun again to the end: the same weights, critic and rewards as
-    the uninterrupted two-node run, bit for bit."""
+    """`pacs train --nproc-per-node 2` (standalone torchrun): its own process alone killed (SIGKILL) after step 3,
+    and every process of the job ends within seconds (each dies with its parent); rerun, its ranks die while
+    writing the step-4 checkpoint; rerun again to the end: the same weights, critic and rewards as the
+    uninterrupted two-node run, bit for bit. Another run's `pacs train` alone terminated (SIGTERM) after step 1:
+    the ranks stop after their step, saved, the job exits 75 and ends, and the same command finishes it, bitwise."""
     out = tmp_path / "killed"
     args = ["--config", str(fsdp_config), "--out", str(out)]
     command = [sys.executable, "-m", "pacs.cli", "train", *args, "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     metrics = out / "metrics.jsonl"
-    run_until_killed(command, env, lambda: metrics.exists() and any(r["step"] >= 3 for r in read_metrics(out)))
+    after3 = lambda: metrics.exists() and any(r["step"] >= 3 for r in read_metrics(out))  # noqa: E731
+    launcher, job = signal_alone(command, env, after3, signal.SIGKILL)
+    assert launcher.wait(timeout=60) == -signal.SIGKILL and len(job) >= 3  # torchrun and two ranks at least
+    assert not survivors(job, within_s=10), "processes of the job outlived its pacs train"
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
     dying = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
              str(Path(__file__).parent / "train_dying_in_checkpoint.py"), str(STEPS), *args]  # fmt: skip
@@ -88,16 +103,28 @@ def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("model.safetensors", "critic/model.safetensors"):
-        a, b = final(out, name), final(two_nodes, name)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert_same_run(out, two_nodes)
     resumed = read_metrics(out)
-    assert [r.get("reward/mean") for r in resumed] == [r.get("reward/mean") for r in read_metrics(two_nodes)]
     # the resumed engines loaded the consolidated checkpoint and sample what the re-sharded policy computes
     assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in resumed[3:]), resumed
     assert not (out / "checkpoints" / ".step_000004.tmp").exists()
     launches = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
     assert len(launches) == 2 and all(x["nproc_per_node"] == 2 for x in launches)
+
+    stopped = tmp_path / "stopped"
+    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(fsdp_config), "--out", str(stopped),
+               "--nproc-per-node", "2"]  # fmt: skip
+    metrics = stopped / "metrics.jsonl"
+    after1 = lambda: metrics.exists() and any(r["step"] >= 1 for r in read_metrics(stopped))  # noqa: E731
+    launcher, job = signal_alone(command, env, after1, signal.SIGTERM)
+    assert launcher.wait(timeout=300) == EXIT_STOPPED
+    assert not survivors(job, within_s=10), "processes of the job outlived its stop"
+    step = ckpt.latest_checkpoint(stopped / "checkpoints")[0]
+    ended = read_segments(stopped)[-1]
+    assert 1 <= step < STEPS and (ended["event"], ended["reason"]) == ("stop", "signal SIGTERM")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(stopped, two_nodes)
 
 
 def test_multinode_launch_is_one_srun_task_per_node(tmp_path):

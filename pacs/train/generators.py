@@ -399,7 +399,7 @@ def serve(config: RunConfig, env: DistEnv) -> int:
     from pacs.verify import VerifierPool
     from pacs.verify.pool import node_workers
 
-    for s in (signal.SIGTERM, signal.SIGUSR1):  # the trainers stop the job, saved
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # the trainers stop the job, saved
         signal.signal(s, signal.SIG_IGN)
     k, total, data, role = config.rollout.staleness, config.trainer.total_steps, config.data, env.role
     hello = role.link.recv(0)  # where the trainers start

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pacs.config import to_dict
 from pacs.train.config import load_run_config
+from pacs.train.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
 from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
 from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
@@ -76,12 +77,10 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
     return 0
 
 
-# torchrun, deaf to SIGUSR1 (whose default action would kill it, and with it the job): SLURM's warning signal
-# (sbatch --signal=USR1@SECONDS) reaches every process of the step, the ranks included, which stop in time
-IGNORING_USR1 = (
-    "import runpy, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN); sys.argv[0] = 'torchrun'; "
-    "runpy.run_module('torch.distributed.run', run_name='__main__')"
-)
+# torchrun as pacs.train.lifetime runs it: deaf to SIGUSR1 (whose default action would kill it, and with it the
+# job: SLURM's warning signal, sbatch --signal=USR1@SECONDS, reaches every process of the step, the ranks included,
+# which stop in time), a SIGTERM or SIGINT passed to the ranks, dying with the process that started it
+TORCHRUN_MAIN = "from pacs.train.lifetime import torchrun_main; torchrun_main()"
 
 
 def free_port() -> int:
@@ -94,7 +93,7 @@ def torchrun_command(
     nnodes: int, nproc_per_node: int, endpoint: str | None, rdzv_id: str, args: list[str]
 ) -> list[str]:
     """torchrun for one node of the run; ``endpoint`` None: a standalone single-node rendezvous."""
-    torchrun = [sys.executable, "-c", IGNORING_USR1]
+    torchrun = [sys.executable, "-c", TORCHRUN_MAIN]
     if endpoint is None:
         where = ["--standalone"]
     else:
@@ -131,7 +130,8 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     """Start the run as the request and the environment say (module docstring); returns the exit status:
     ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.train.segments``)."""
     environ, job = os.environ, job or JobOptions()
-    if "LOCAL_RANK" in environ:  # a rank torchrun started: rank 0 holds the directory's lock for the job, unless
+    if "LOCAL_RANK" in environ:  # a rank torchrun started: it dies with torchrun (pacs.train.lifetime); rank 0
+        rank_dies_with_torchrun()  # holds the directory's lock for the job, unless
         if int(environ.get("RANK", 0)):  # the pacs train that started torchrun holds it (pacs.writer_lock)
             return run(config_path, out, job)
         with sole_writer(out, "pacs train"):
@@ -161,6 +161,7 @@ def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, 
         command = multinode_command(nnodes, nproc_per_node, hosts, port, environ["SLURM_JOB_ID"], out, args)
     record_launch(out, {**entry, "command": " ".join(command)})
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # this process waits; the ranks hear the signal themselves
-    code = subprocess.run(command).returncode
+    # one node: torchrun dies with this process (its parent, checked); SIGTERM and SIGINT go on to the ranks
+    code = wait_forwarding_stops(command, {**environ, PARENT: str(os.getpid())} if nnodes == 1 else dict(environ))
     ended = read_segments(out)[-1:]
     return EXIT_STOPPED if code and ended and ended[0]["event"] == "stop" and ended[0]["reason"] != "done" else code

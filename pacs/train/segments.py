@@ -5,9 +5,10 @@
   minutes (``scontrol update TimeLimit=`` moves it). Outside SLURM there is none.
 - **Stop.** After every step, every rank agrees (a max over ranks) to stop when ``checkpoint.stop_margin`` ×
   (the longest step + the longest checkpoint write measured in this run, across its segments; a write not yet
-  measured counts as a step) would pass the end time, or when SIGTERM or SIGUSR1 arrived (a preemption, or
-  ``sbatch --signal=USR1@SECONDS``). The run then saves a checkpoint of that step (unless it just did) and
-  exits with ``EXIT_STOPPED``; running the same command again resumes it.
+  measured counts as a step) would pass the end time, or when SIGTERM, SIGINT or SIGUSR1 arrived (a preemption,
+  ``sbatch --signal=USR1@SECONDS``, a stop of `pacs train` passed on by pacs.train.lifetime). The run then saves
+  a checkpoint of that step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again
+  resumes it.
 - **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the
   workflow's attempt), a ``signal`` when one arrives, and a ``stop`` (time, step, reason, the measured seconds)
   or a ``failed``. The workflow resubmits a stopped job (Snakemake's retries: a fresh submission starts as soon
@@ -28,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early with a checkpoint; the same command continues the run
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop at the next step, saved (exit 75)
 REREAD_S = 600.0
 
 
@@ -104,6 +105,8 @@ class Segment:
                 f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
 
     def _on_signal(self, signum, frame) -> None:
+        if self.signalled:  # the first is the stop (SLURM's warning may be followed by its SIGTERM)
+            return
         self.signalled = signal.Signals(signum).name
         self._record("signal", signal=self.signalled, step=self.step)
 
