@@ -80,7 +80,7 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
 # torchrun as pacs.train.lifetime runs it: deaf to SIGUSR1 (whose default action would kill it, and with it the
 # job: SLURM's warning signal, sbatch --signal=USR1@SECONDS, reaches every process of the step, the ranks included,
 # which stop in time), a SIGTERM or SIGINT passed to the ranks, dying with the process that started it
-TORCHRUN_MAIN = "from pacs.train.lifetime import torchrun_main; torchrun_main()"
+TORCHRUN_MAIN = "from pacs.train.lifetime import torchrun_main; torchrun_main('torch.distributed.run')"
 
 
 def free_port() -> int:

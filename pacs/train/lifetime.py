@@ -43,9 +43,9 @@ def die_with_parent(expected: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def torchrun_main() -> None:
-    """torchrun, as `pacs train` starts it: a SIGTERM or SIGINT passed to its ranks as SIGTERM (they save, then
-    end), SIGUSR1 ignored; dying with `pacs train` and naming itself to its ranks, which die with it."""
+def torchrun_main(module: str = "torch.distributed.run") -> None:
+    """torchrun (``module``), as `pacs train` starts it: a SIGTERM or SIGINT passed to its ranks as SIGTERM (they
+    save, then end), SIGUSR1 ignored; dying with `pacs train` and naming itself to its ranks, which die with it."""
 
     def pass_on(signum, frame) -> None:
         for rank in children(os.getpid()):
@@ -60,7 +60,7 @@ def torchrun_main() -> None:
     die_with_parent(int(parent) if parent else None)
     os.environ[TORCHRUN] = str(os.getpid())
     sys.argv[0] = "torchrun"
-    runpy.run_module("torch.distributed.run", run_name="__main__")
+    runpy.run_module(module, run_name="__main__")
 
 
 def rank_dies_with_torchrun() -> None:
