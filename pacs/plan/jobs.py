@@ -285,12 +285,8 @@ class Plan:
         """The SLURM runtime of one job that does the named jobs one after the other (an evaluation job: its
         benchmarks)."""
         jobs = [self.job(name) for name in names]
-        if len(jobs) == 1:
-            return jobs[0].runtime_minutes(self.settings.runtime_margin)
-        if any(j.seconds is None for j in jobs):
-            return None
-        whole = replace(jobs[0], seconds=sum(j.seconds for j in jobs))
-        return whole.runtime_minutes(self.settings.runtime_margin)
+        seconds = None if any(j.seconds is None for j in jobs) else sum(j.seconds for j in jobs)
+        return replace(jobs[0], seconds=seconds).runtime_minutes(self.settings.runtime_margin)
 
     def segments(self, name: str) -> int:
         job = self.job(name)

@@ -130,11 +130,12 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     """Start the run as the request and the environment say (module docstring); returns the exit status:
     ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.train.segments``)."""
     environ, job = os.environ, job or JobOptions()
-    if "LOCAL_RANK" in environ:  # a rank torchrun started: it dies with torchrun (pacs.train.lifetime); rank 0
-        rank_dies_with_torchrun()  # holds the directory's lock for the job, unless
-        if int(environ.get("RANK", 0)):  # the pacs train that started torchrun holds it (pacs.writer_lock)
+    if "LOCAL_RANK" in environ:  # a rank torchrun started
+        rank_dies_with_torchrun()  # pacs.train.lifetime
+        if int(environ.get("RANK", 0)):
             return run(config_path, out, job)
-        with sole_writer(out, "pacs train"):
+        # rank 0 holds the directory's lock for the job, where the pacs train that started torchrun does not
+        with sole_writer(out, "pacs train"):  # (pacs.writer_lock: then a no-op)
             return run(config_path, out, job)
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
