@@ -120,8 +120,9 @@ def test_a_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
     assert launcher.wait(timeout=300) == EXIT_STOPPED
     assert not survivors(job, within_s=10), "processes of the job outlived its stop"
     step = ckpt.latest_checkpoint(stopped / "checkpoints")[0]
-    ended = read_segments(stopped)[-1]
+    *_, ended, teardown = read_segments(stopped)
     assert 1 <= step < STEPS and (ended["event"], ended["reason"]) == ("stop", "signal SIGTERM")
+    assert (teardown["event"], teardown["code"], teardown["step"]) == ("exit", EXIT_STOPPED, step)  # the launcher's
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_run(stopped, two_nodes)

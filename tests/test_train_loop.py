@@ -95,7 +95,9 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
     assert "actor/classifier_accuracy" in records[0] and "actor/score_std" in records[0]  # PACS statistics
     assert load_run_config(uninterrupted / "config.yaml") == load_run_config(config)
     assert [s for s, _ in ckpt.complete_checkpoints(uninterrupted / "checkpoints")] == [2, 4, 6]
-    (peaks,) = read_segments(uninterrupted)[-1]["peak_gb"]  # what pacs preflight checks, per rank and phase
+    *_, stop, ended = read_segments(uninterrupted)
+    assert (stop["reason"], ended["event"], ended["code"]) == ("done", "exit", 0)  # the launcher's, after the ranks'
+    (peaks,) = stop["peak_gb"]  # what pacs preflight checks, per rank and phase
     assert list(peaks["phases"]) == ["generate", "no_grad", "update"]
     assert peaks["phases"]["update"]["rss"] == pytest.approx(records[-1]["memory/update/rss_gb"])
     last = ckpt.checkpoint_dir(uninterrupted / "checkpoints", 6)
@@ -238,14 +240,18 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     stdout, _ = process.communicate(timeout=600)
     assert process.returncode == EXIT_STOPPED, stdout
     stopped = read_segments(out)
-    assert [e["event"] for e in stopped] == ["start", "signal", "stop"]
-    step = stopped[-1]["step"]
-    assert stopped[-1]["reason"] == "signal SIGTERM" and 2 <= step < 6
+    assert [e["event"] for e in stopped] == ["start", "signal", "stop", "exit"]
+    step = stopped[2]["step"]
+    assert stopped[2]["reason"] == "signal SIGTERM" and 2 <= step < 6
+    # the launcher's record of the teardown after the stop, which later jobs keep time for
+    assert (stopped[3]["step"], stopped[3]["code"]) == (step, EXIT_STOPPED)
+    assert stopped[3]["teardown_s"] == pytest.approx(stopped[3]["time"] - stopped[2]["time"])
+    assert stopped[3]["teardown_s"] > 0
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == step  # saved at the step it stopped after
     assert [r["step"] for r in read_metrics(metrics)][-1] == step
     result = run_cli(config, out, "--attempt", "2")
     assert result.returncode == 0, result.stderr
-    assert [e["event"] for e in read_segments(out)][3:] == ["start", "stop"]
+    assert [e["event"] for e in read_segments(out)][4:] == ["start", "stop", "exit"]
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
     assert rewards(out) == rewards(uninterrupted)
 

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from helpers import read_wandb_run, wandb_runs, wandb_table
+from conftest import write_run_config
+from helpers import read_wandb_run, threads, wandb_runs, wandb_table
 from safetensors.torch import load_file
 from workflow_runs import (
     REPO,
@@ -33,7 +35,8 @@ from workflow_runs import (
     venv_env,
 )
 
-from pacs.train.segments import read_segments
+from pacs.train import checkpoint as ckpt
+from pacs.train.segments import EXIT_STOPPED, read_segments
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +119,56 @@ def real_overlay(workdir: Path) -> str:
     return overlay(workdir / "real.yaml", real)
 
 
+# A job whose teardown (what follows its ranks' stop: wandb's finish, an engine's shutdown, the processes' exit)
+# takes longer than SLURM's shortest limit, here a sleep after the run; on the first job a preemption's signal
+# after its first step (STOP_AFTER), as SLURM's warning signal sends it
+TEARDOWN_S = 70
+TEARDOWN_JOB = """
+import os, signal, sys, time
+from pacs.train import launch, segments
+
+took, run = segments.Segment.took, launch.run
+
+def took_then_signalled(self, step, step_s=0.0, checkpoint_s=0.0):
+    took(self, step, step_s, checkpoint_s)
+    if step_s and step == int(os.environ.get("STOP_AFTER", 0)):
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+def run_then_torn_down(*args):
+    code = run(*args)
+    time.sleep(float(os.environ["TEARDOWN_S"]))
+    return code
+
+segments.Segment.took, launch.run = took_then_signalled, run_then_torn_down
+if __name__ == "__main__":
+    from pacs.cli import main
+
+    sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> list[str]:
+    """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 3-minute job
+    stopped by a signal after its first step, a 1-minute job, a 3-minute job; every job's teardown lasts
+    TEARDOWN_S. Their SLURM ids."""
+    config = write_run_config(root / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 3},
+                              checkpoint={"save_every": 1, "stop_margin": 1.0})  # fmt: skip
+    (root / "job.py").write_text(TEARDOWN_JOB)
+    jobs: list[str] = []
+    for attempt, minutes, stop in ((1, 3, 1), (2, 1, 0), (3, 3, 0)):
+        train = [sys.executable, str(root / "job.py"), "--config", str(config), "--out", str(root / "run"),
+                 "--attempt", str(attempt)]  # fmt: skip
+        command = ["sbatch", "--parsable", f"--time={minutes}", "--cpus-per-task=1", "--mem=2000",
+                   f"--output={root}/job{attempt}.log", f"--chdir={root}",
+                   f"--export=ALL,TEARDOWN_S={TEARDOWN_S},STOP_AFTER={stop},OMP_NUM_THREADS={threads()}",
+                   *[f"--dependency=afterany:{j}" for j in jobs[-1:]],
+                   "--wrap", f"exec {shlex.join(train)}"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=venv_env(SBATCH_PARTITION="debug"))
+        assert done.returncode == 0, done.stderr
+        jobs.append(done.stdout.strip().split(";")[0])
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def experiments(shared_data, cluster, toy_data, tiny_model, tmp_path_factory):
     """The tiny experiment run locally (`snakemake --cores 2`) and its slice through SLURM (`snakemake
@@ -154,9 +207,14 @@ def experiments(shared_data, cluster, toy_data, tiny_model, tmp_path_factory):
         command = ["bash", "-c", f"for f in {data}; do while [ ! -f $f ]; do sleep 2; done; done; exec {train}"]
         started["reference"] = (root / "reference", Started(command, root / "reference", venv_env(), 1800,
                                                              root / "run"))  # fmt: skip
+        teardown = tmp_path_factory.mktemp("teardown")
+        started["teardown"] = (teardown, submit_slow_teardown_jobs(teardown, tiny_model, toy_data))
     yield started
     for *_, run in started.values():
-        run.stop()
+        if isinstance(run, Started):
+            run.stop()
+        else:  # SLURM jobs
+            subprocess.run(["scancel", *run], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -446,6 +504,43 @@ def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slu
         assert launch["visible_devices"] == "0,1" and launch["nproc_per_node"] == 2, launch
         assert "torch.distributed.run" in launch["command"], launch
     assert any((run_dir / "checkpoints").glob("step_*/rng_rank1.pt"))  # the second rank ran
+
+
+@pytest.mark.slow
+def test_a_job_keeps_time_for_its_teardown_so_that_its_last_step_is_kept(slurm_cluster, experiments):
+    """Three SLURM jobs of one run whose teardown lasts TEARDOWN_S (``submit_slow_teardown_jobs``, beside the
+    local run): the launcher records each job's teardown after its stop, and a later job stops when its next
+    step, that step's checkpoint and the teardown would pass its end time. Here the second job (1 minute) stops
+    after one step rather than train the last step and be killed in its teardown (where Snakemake would
+    delete the final checkpoint it had written and the next job train the last step again); the third trains
+    the last step and ends, torn down, within its limit."""
+    root, jobs = experiments["teardown"]
+    deadline = time.monotonic() + 1200
+    logs = lambda: [p.read_text()[-2000:] for p in sorted(root.glob("job*.log"))]  # noqa: E731
+    while subprocess.run(["squeue", "-h", "-j", jobs[-1], "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING"],
+                         capture_output=True, text=True).stdout.strip():  # fmt: skip
+        assert time.monotonic() < deadline, logs()
+        time.sleep(2)
+    records = read_segments(root / "run")
+    starts = [i for i, r in enumerate(records) if r["event"] == "start"]
+    assert len(starts) == 3, (records, logs())
+    first, second, third = (records[i:j] for i, j in zip(starts, [*starts[1:], len(records)], strict=True))
+    # the first: stopped by the signal after step 1, saved, exited after its teardown
+    assert [r["event"] for r in first] == ["start", "signal", "stop", "exit"], first
+    assert (first[2]["step"], first[2]["reason"], first[3]["code"]) == (1, "signal SIGUSR1", EXIT_STOPPED)
+    assert first[3]["teardown_s"] >= TEARDOWN_S
+    # the second: one step, then a stop for the limit: the next step and its checkpoint would have ended in time,
+    # the teardown after them not
+    start, stop, ended = second
+    assert (start["attempt"], start["step"], stop["step"], stop["reason"]) == (2, 1, 2, "time limit"), second
+    finished = stop["time"] + stop["step_s"] + stop["checkpoint_s"]
+    assert finished < start["end_time"] < finished + first[3]["teardown_s"]
+    assert ended["event"] == "exit"  # when SLURM's SIGTERM cut the teardown short, up to it
+    # the third: the last step, saved, and the teardown within its limit
+    assert [r["event"] for r in third] == ["start", "stop", "exit"], third
+    assert (third[0]["step"], third[1]["reason"], third[2]["code"]) == (2, "done", 0)
+    assert third[2]["time"] < third[0]["end_time"]
+    assert ckpt.latest_checkpoint(root / "run" / "checkpoints")[0] == 3
 
 
 def stop_end(starts: list[dict], stop: dict) -> float:

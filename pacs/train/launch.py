@@ -23,7 +23,7 @@ from pathlib import Path
 from pacs.config import to_dict
 from pacs.train.config import load_run_config
 from pacs.train.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
-from pacs.train.segments import EXIT_STOPPED, JobOptions, read_segments
+from pacs.train.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
 from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
 
@@ -140,7 +140,8 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
     with sole_writer(out, "pacs train"):  # one writer per run directory, for as long as the job lives
-        return _launch(config_path, out, job, nproc_per_node, nnodes)
+        # the teardown after the ranks' stop measured (pacs.train.segments): later jobs keep time for it
+        return teardown_recorded(out, lambda: _launch(config_path, out, job, nproc_per_node, nnodes))
 
 
 def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, nnodes: int) -> int:
@@ -164,5 +165,5 @@ def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, 
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # this process waits; the ranks hear the signal themselves
     # one node: torchrun dies with this process (its parent, checked); SIGTERM and SIGINT go on to the ranks
     code = wait_forwarding_stops(command, {**environ, PARENT: str(os.getpid())} if nnodes == 1 else dict(environ))
-    ended = read_segments(out)[-1:]
-    return EXIT_STOPPED if code and ended and ended[0]["event"] == "stop" and ended[0]["reason"] != "done" else code
+    ended = how_ended(read_segments(out))
+    return EXIT_STOPPED if code and ended["event"] == "stop" and ended["reason"] != "done" else code

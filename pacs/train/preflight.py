@@ -147,7 +147,7 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "time/step" in r]
     history = read_segments(run_dir)
-    start, stop = history[0], history[-1]
+    start, stop = history[0], [h for h in history if h["event"] == "stop"][-1]
     longest = spec["run"]["rollout"]["max_response_length"]
     short = [s["step"] for s in steps if s["response_length/mean"] < longest]
     if short:

@@ -4,15 +4,19 @@
   else ``squeue -h -j $SLURM_JOB_ID -o %e``, as old as SLURM 22.05) when the job starts and again every ten
   minutes (``scontrol update TimeLimit=`` moves it). Outside SLURM there is none.
 - **Stop.** After every step, every rank agrees (a max over ranks) to stop when ``checkpoint.stop_margin`` ×
-  (the longest step + the longest checkpoint write measured in this run, across its segments; a write not yet
-  measured counts as a step) would pass the end time, or when SIGTERM, SIGINT or SIGUSR1 arrived (a preemption,
+  (the longest step + the longest checkpoint write + the longest teardown measured in this run, across its
+  segments; a write not yet measured counts as a step, a teardown not yet measured as a write) would pass the end
+  time, so that the job also ends in time after its last step, or when SIGTERM, SIGINT or SIGUSR1 arrived (a preemption,
   ``sbatch --signal=USR1@SECONDS``, a stop of `pacs train` passed on by pacs.train.lifetime). The run then saves
   a checkpoint of that step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again
   resumes it.
 - **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the
   workflow's attempt), a ``signal`` when one arrives, and a ``stop`` (time, step, reason, the measured seconds)
-  or a ``failed``. The workflow resubmits a stopped job (Snakemake's retries: a fresh submission starts as soon
-  as resources are free, where SLURM's requeue holds the job about two minutes, ``../shared/RECIPES.md``).
+  or a ``failed``; the launcher, once the job's processes ended, an ``exit`` after a ``stop``: the teardown's
+  seconds from the stop (the pools, the engine, wandb's finish, the processes' exit; up to the signal where the
+  limit's SIGTERM cut it short). The workflow resubmits a stopped job (Snakemake's retries: a fresh submission
+  starts as soon as resources are free, where SLURM's requeue holds the job about two minutes,
+  ``../shared/RECIPES.md``).
   An attempt after the first continues only if the one before ended in a planned stop or a signal (the time
   limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
   the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
@@ -67,10 +71,15 @@ def read_segments(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def how_ended(history: list[dict]) -> dict:
+    """The last record of the run's jobs, their launchers' ``exit`` records aside."""
+    return next((h for h in reversed(history) if h["event"] != "exit"), {"event": "nothing"})
+
+
 def check_continuation(out: Path, history: list[dict], attempt: int) -> None:
     """A resubmitted job (``attempt`` > 1) goes on only if the job before it stopped as planned, or on a signal,
     after finishing at least one step: otherwise the same failure would be resubmitted until retries run out."""
-    ended = history[-1] if history else {"event": "nothing"}
+    ended = how_ended(history)
     if ended["event"] not in ("stop", "signal"):
         raise RuntimeError(f"{out}: attempt {attempt} of this job, but the attempt before it ended without a "
                            f"planned stop (its last record in segments.jsonl: {ended['event']}); a failure is not "
@@ -95,6 +104,7 @@ class Segment:
         measured = [(h.get("step_s", 0.0), h.get("checkpoint_s", 0.0)) for h in history if h["event"] == "stop"]
         self.step_s = max((m[0] for m in measured), default=0.0)
         self.checkpoint_s = max((m[1] for m in measured), default=0.0)
+        self.teardown_s = max((h["teardown_s"] for h in history if h["event"] == "exit"), default=0.0)
         self.read_at, self.end, self.step = -REREAD_S, None, 0
         self._handlers: dict = {}
 
@@ -143,7 +153,8 @@ class Segment:
         from pacs.train.distributed import all_reduce
 
         self._refresh()
-        need = self.margin * (self.step_s + (self.checkpoint_s or self.step_s))
+        checkpoint = self.checkpoint_s or self.step_s  # not yet measured: as long as a step
+        need = self.margin * (self.step_s + checkpoint + (self.teardown_s or checkpoint))
         short = self.end is not None and time.time() + need > self.end
         votes = torch.tensor([float(bool(self.signalled)), float(short)])
         signalled, short = all_reduce(votes, self.env, "max").tolist()
@@ -157,3 +168,37 @@ class Segment:
 
         self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
                      peak_gb=rank_peaks(self.env))  # fmt: skip
+
+
+def job_ended(out: Path, began: int, code: int | None, signalled: str = "") -> None:
+    """The launcher's ``exit`` record, once a job whose records begin at index ``began`` of ``segments.jsonl``
+    stopped (``code``, its exit status; or ``signalled``, the signal that is ending it): the seconds from its
+    ``stop`` to now. Nothing when the job did not stop (a run found finished writes nothing)."""
+    stops = [h for h in read_segments(out)[began:] if h["event"] == "stop"]
+    if not stops:
+        return
+    record = {"event": "exit", "time": time.time(), "step": stops[-1]["step"], "code": code}
+    record["teardown_s"] = record["time"] - stops[-1]["time"]
+    with open(Path(out) / "segments.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({**record, **({"signal": signalled} if signalled else {})}) + "\n")
+
+
+def teardown_recorded(out: Path, job) -> int:
+    """``job()`` (the launcher's whole job: its ranks in this process or under torchrun), then ``job_ended``.
+    A SIGTERM or SIGINT that reaches this process while no one else handles it (in the teardown after the
+    ranks' stop: the limit's SIGTERM) records the teardown so far, then takes its usual course."""
+    began = len(read_segments(out))
+
+    def cut_short(signum, frame) -> None:
+        job_ended(out, began, None, signal.Signals(signum).name)
+        signal.signal(signum, handlers[signum] or signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    handlers = {s: signal.signal(s, cut_short) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = job()
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    job_ended(out, began, code)
+    return code
