@@ -3,7 +3,8 @@ a program, its tests and the verdict each profile gives (``code.grading``).
 
 The graders' verdicts were worked out from their sources (LiveCodeBench/LiveCodeBench at 28fef95,
 zai-org/glm-simple-evals at db7fdc8) and checked by running unmodified copies of both graders, outside the
-project, on these same cases: `tests/cross_check_graders.py` (38 of 38 agree with each). A status names
+project, on these same cases: `tests/cross_check_graders.py` (38 of 38 agree with each; the numpy case came
+after, from both graders' ``==`` on ``np.int64``). A status names
 pacs's verdict: the graders call ``timeout`` a time limit, ``runtime_error`` any exception, ``failed`` a
 wrong answer.
 """
@@ -26,7 +27,7 @@ def functional(output, *args) -> dict:
 
 
 P, F, E, T = "passed", "failed", "runtime_error", "timeout"
-# (name, program, tests, {grading: status}); None: not asserted (named where it is used)
+# (name, program, tests, {grading: status})
 CASES = [
     # stdin: the graders' objects (LiveCodeBench a mock, GLM a StringIO); the judge, the real file
     ("stdin.input", LOOP, TWO_SUMS, {"judge": P, "livecodebench": P, "glm45": P}),
@@ -228,10 +229,18 @@ CASES = [
         stdin("1" + "0" * 5000 + "\n"),
         {"judge": E, "livecodebench": P, "glm45": E},
     ),
+    # modules (code.PACKAGES): the standard library, and under the graders' profiles numpy, which both graders'
+    # environments have; sortedcontainers in none, whatever the machine has installed
     (
         "module.sortedcontainers",
         "from sortedcontainers import SortedList\n" + LOOP,
         TWO_SUMS,
-        {"judge": None, "livecodebench": E, "glm45": E},
-    ),  # the judge: present where the interpreter has it
+        {"judge": E, "livecodebench": E, "glm45": E},
+    ),
+    (
+        "module.numpy",
+        "import numpy as np\nclass Solution:\n    def f(self, a):\n        return np.sum(a)\n",
+        functional(6, [1, 2, 3]),
+        {"judge": E, "livecodebench": P, "glm45": P},
+    ),  # np.int64(6) == 6 in both graders
 ]

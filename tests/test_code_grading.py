@@ -20,11 +20,7 @@ PROFILES = ("judge", "livecodebench", "glm45")
 def test_each_behaviour_gets_each_graders_verdict(name, program, tests, expected):
     parsed = parse_tests(json.dumps(tests), name)
     got = {g: run_program(program, parsed, CodeConfig(grading=g, timeout_s=5)).status for g in PROFILES}
-    assert {g: s for g, s in got.items() if expected[g] is not None} == {
-        g: s for g, s in expected.items() if s is not None
-    }
-    if expected["judge"] is None:  # sortedcontainers: the judge runs it wherever the interpreter has it
-        assert got["judge"] in ("passed", "runtime_error")
+    assert got == expected
 
 
 def test_each_profile_finds_the_program_as_its_grader_does():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from pacs.verify.code import CodeConfig, CodeTest, CodeTests, run_program
 from pacs.verify.sandbox import probe_bubblewrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,3 +159,24 @@ def test_check_code_prints_a_verdict_and_names_bad_input(tmp_path, capsys):
     assert bystander.poll() is None
     bystander.kill()
     bystander.wait()
+
+
+@pytest.mark.parametrize("level", ["bubblewrap", "limits"])
+def test_the_graders_profiles_offer_numpy_read_only_and_nothing_else_installed(level):
+    """Under ``livecodebench`` and ``glm45`` a program imports numpy (its submodules too) from pacs's
+    environment, and can write nothing there; no other installed package is importable (code.PACKAGES)."""
+    import numpy as np
+
+    if level == "bubblewrap":
+        need_bubblewrap()
+    program = "\n".join([
+        "import os, numpy as np", "class Solution:", "    def f(self, a):", "        import numpy.linalg",
+        "        try:", "            open(os.path.join(os.path.dirname(np.__file__), 'planted.py'), 'w')",
+        "            return 'written'", "        except OSError:", "            pass",
+        "        try:", "            import torch", "            return 'torch'", "        except ImportError:",
+        "            pass", "        return int(np.linalg.det(np.eye(2)) * a)"])  # fmt: skip
+    tests = CodeTests((CodeTest("3", "3", "functional"),), "f")
+    for grading in ("livecodebench", "glm45"):
+        verdict = run_program(program, tests, CodeConfig(grading=grading, isolation=level))
+        assert (verdict.status, verdict.isolation.split("+")[0]) == ("passed", level), (grading, verdict)
+    assert not (Path(np.__file__).parent / "planted.py").exists()

@@ -29,11 +29,16 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, resolve_isolation
+from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, package_dirs, resolve_isolation
 
 CODE_STATUSES = ("passed", "failed", "timeout", "runtime_error", "memory", "output_limit", "no_code", "sandbox_error")
 # seconds per test: LiveCodeBench's default (the judge keeps it), GLM-4.5's toolkit's
 GRADINGS = {"judge": 6.0, "livecodebench": 6.0, "glm45": 30.0}
+# what a program may import beyond the standard library (the interpreter's own site-packages are hidden under
+# every profile): training's judge nothing, the same on every machine; the graders' profiles what both graders'
+# environments install that a solution uses, numpy (GLM-4.5's toolkit's requirements name it, LiveCodeBench's
+# come with it through torch and datasets), read-only from the environment pacs runs in
+PACKAGES = {"judge": (), "livecodebench": ("numpy",), "glm45": ("numpy",)}
 TESTTYPES = ("stdin", "functional")
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _TOKEN = re.compile(r"\S+")
@@ -270,7 +275,7 @@ def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig(
     request = {
         "code": program, "fn_name": tests.fn_name, "timeout_s": timeout, "cpu_s": int(timeout) + 1,
         "memory_bytes": config.memory_mb << 20, "output_bytes": output_bytes,
-        "filters": config.filters, "grading": grading,
+        "filters": config.filters, "grading": grading, "packages": package_dirs(PACKAGES[grading]),
         "tests": [{k: getattr(t, k) for k in shown if k != "output" or t.testtype == "functional"}
                   for t in tests.tests],
     }  # fmt: skip

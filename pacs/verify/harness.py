@@ -51,8 +51,7 @@ IMPORTS = (
 # limits level's nobody cannot read any module that is not loaded by then (config/README.md)
 PRELOAD = ("array", "cmath", "dataclasses", "decimal", "enum", "fractions", "numbers", "queue", "struct",
            "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib", "fcntl",
-           "hashlib", "socket", "select", "ast", "glob", "shutil", "sortedcontainers", "subprocess",
-           "unittest.mock", "types")  # fmt: skip
+           "hashlib", "socket", "select", "ast", "glob", "shutil", "subprocess", "unittest.mock", "types")  # fmt: skip
 
 EXIT_RUNTIME, EXIT_MEMORY, EXIT_OUTPUT = 1, 3, 4  # the child's own exit codes
 GRADER_STATUSES = ("ok", "timeout", "runtime_error", "memory")  # what graders.run may say of a test
@@ -494,6 +493,27 @@ def emit(record: dict, payload: bytes = b"") -> None:
     sys.stdout.buffer.flush()
 
 
+def only_standard_library(packages: list[str]) -> None:
+    """The interpreter's site-packages taken off the path, so that a program imports the standard library
+    whatever the machine has installed, and the request's ``packages`` (directories, the graders' profiles'
+    numpy) imported now, each from its own directory for that import only, while still readable; their BLAS
+    on one thread (a test's process may start none)."""
+    import site
+
+    installed = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p) not in installed]
+    if packages:
+        os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
+    for package in packages:
+        if not package.endswith(".libs"):  # a wheel's shared libraries, which the package loads itself
+            parent, name = os.path.split(package)
+            sys.path.insert(0, parent)
+            try:
+                importlib.import_module(name)
+            finally:
+                sys.path.remove(parent)
+
+
 def load_graders():
     """``graders.py``, beside this file (``-I`` puts no directory of ours on the path)."""
     spec = importlib.util.spec_from_file_location("graders", os.path.join(os.path.dirname(__file__), "graders.py"))
@@ -508,11 +528,9 @@ def main() -> None:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<this>/mem and fd/ closed to the programs (same uid)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a test's escaped daemons come back here, to be killed
     request = json.loads(sys.stdin.read())
+    only_standard_library(request["packages"])
     for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:  # not installed (sortedcontainers, which some LeetCode programs import)
-            pass
+        __import__(name)
     exec(compile(IMPORTS, "<imports>", "exec"), {})  # the children's imports, loaded while still readable
     graders = None if request["grading"] == "judge" else load_graders()
     landlock = landlock_abi() if request["filters"] and request["read_dirs"] is not None else 0

@@ -4,7 +4,8 @@ Two isolation levels, probed once per process:
 
 - ``bubblewrap``: the harness runs under ``bwrap`` in new user, PID, network, IPC, UTS and mount
   namespaces, as nobody, dying with its parent, with an empty environment. Mounted read-only: /usr (and
-  /lib, /lib64, /bin as the host has them), the interpreter's own prefix, the harness and ``graders.py``; a
+  /lib, /lib64, /bin as the host has them), the interpreter's own prefix, the harness and ``graders.py``, the
+  packages a grading profile adds (``code.PACKAGES``, from pacs's environment, at their own paths); a
   size-bounded tmpfs /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
 - ``limits``: where bubblewrap cannot run (not installed, or user namespaces switched off), the harness runs
   as a plain process in its own session, with an empty environment, in a fresh private directory, and,
@@ -70,7 +71,24 @@ def system_dirs() -> list[str]:
     return [d for i, d in enumerate(dirs) if not any(d == e or d.startswith(e + "/") for e in dirs[:i])]
 
 
-def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
+@lru_cache(maxsize=8)
+def package_dirs(names: tuple[str, ...]) -> list[str]:
+    """The directories of the packages ``names`` in the environment pacs runs in, each with the shared libraries
+    its wheel keeps beside it (``numpy.libs``): what the harness imports for a program, read-only."""
+    import importlib.util
+
+    dirs = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SandboxUnavailable(f"code verifier: the package {name!r} that the grading profile offers its "
+                                     "programs is not installed where pacs runs")  # fmt: skip
+        top = os.path.realpath(spec.submodule_search_locations[0])
+        dirs += [top, *([top + ".libs"] if os.path.isdir(top + ".libs") else [])]
+    return dirs
+
+
+def bubblewrap_command(tmpfs_bytes: int, packages: list[str]) -> list[str]:
     python = interpreter()
     mounts = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -83,6 +101,8 @@ def bubblewrap_command(tmpfs_bytes: int) -> list[str]:
         mounts += ["--ro-bind", prefix, prefix]
     if not python.startswith(("/usr/", prefix + "/")):
         mounts += ["--ro-bind", python, python]
+    for package in packages:
+        mounts += ["--ro-bind", package, package]
     return [
         shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent",
         "--new-session", "--clearenv", "--cap-drop", "ALL",
@@ -100,7 +120,7 @@ def probe_bubblewrap() -> str | None:
     """None when a program can run under bubblewrap here; else why not."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    command = bubblewrap_command(1 << 20)[:-2] + ["-I", "-c", "import os; print(os.getuid())"]
+    command = bubblewrap_command(1 << 20, [])[:-2] + ["-I", "-c", "import os; print(os.getuid())"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, env={})
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -137,14 +157,15 @@ class Sandbox:
     def __init__(self, request: dict, level: str, tmpfs_bytes: int):
         self.level = level
         self.workdir = None
+        packages = request.get("packages", [])
         if level == "bubblewrap":
-            command, cwd = bubblewrap_command(tmpfs_bytes), None
+            command, cwd = bubblewrap_command(tmpfs_bytes, packages), None
         else:
             self.workdir = tempfile.mkdtemp(prefix="pacs-code-")
             if os.getuid() == 0:  # the harness drops to nobody, who must own its only writable place
                 os.chown(self.workdir, NOBODY, NOBODY)
             command, cwd = [interpreter(), "-I", str(HARNESS)], self.workdir
-        read_dirs = None if level == "bubblewrap" else system_dirs()  # Landlock's, outside bubblewrap
+        read_dirs = None if level == "bubblewrap" else system_dirs() + packages  # Landlock's, outside bubblewrap
         payload = json.dumps({**request, "uid": NOBODY, "read_dirs": read_dirs}).encode()
         self.errors = b""
         self.deadline = time.monotonic() + STARTUP_GRACE_S  # until the harness says it is ready
