@@ -29,9 +29,16 @@ def venv_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra}
 
 
+# Snakemake's SLURM plugin asks `scontrol show config` at every start (its help text), which waits 9 s for a
+# controller that is down (the local cluster, started and stopped by tests/test_workflow.py, leaves its config
+# behind) and answers at once when no config is given: runs that use no cluster say so
+NO_CLUSTER = {"SLURM_CONF": os.devnull}
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Snakemake run here, without SLURM (``NO_CLUSTER``)."""
     return subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, timeout=timeout,
-                          env=venv_env())  # fmt: skip
+                          env=venv_env(**NO_CLUSTER))  # fmt: skip
 
 
 class Started:
