@@ -1,5 +1,6 @@
 """The Snakemake workflow's tiny experiment end to end, run locally and through SLURM side by side, what reruns
-when its config changes, and a run through SLURM in time-limited segments. Lint, dry runs, bad configs and a
+when its config changes, a run through SLURM in time-limited segments, and three SLURM jobs of a run whose
+teardown outlasts a job's limit (beside them all). Lint, dry runs, bad configs and a
 failing job: tests/test_workflow_dag.py."""
 
 import json
