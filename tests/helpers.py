@@ -278,13 +278,21 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def started_until(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float, then: str
+                  ) -> subprocess.Popen:  # fmt: skip
+    """``command`` started (its output discarded) and alive when ``ready()`` first holds; fails, saying what was
+    to happen ``then``, if it ended on its own first."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not ready():
+        assert proc.poll() is None, f"{command[2:4]} ended before {then}"
+        time.sleep(poll_s)
+    return proc
+
+
 def start_paused(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> subprocess.Popen:
     """Start ``command`` and pause it (SIGSTOP) as soon as ``ready()``: alive, whatever the machine's speed, until
     the caller sends SIGCONT; fails if it ended on its own first."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not ready():
-        assert proc.poll() is None, f"{command[2:4]} ended before it could be paused"
-        time.sleep(poll_s)
+    proc = started_until(command, env, ready, poll_s, "it could be paused")
     os.kill(proc.pid, signal.SIGSTOP)
     return proc
 
@@ -292,24 +300,14 @@ def start_paused(command: list[str], env: dict, ready: Callable[[], bool], poll_
 def run_until_killed(command: list[str], env: dict, ready: Callable[[], bool], poll_s: float = 0.02) -> None:
     """Start ``command`` and SIGKILL it, with every process it started (torchrun's ranks), as soon as
     ``ready()``; fails if it ended on its own first, or if anything it started is still alive after."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tree: list[int] = []
-    while proc.poll() is None:
-        if ready():
-            os.kill(proc.pid, signal.SIGSTOP)  # no new processes while the tree is read
-            tree = descendants(proc.pid)
-            for pid in [proc.pid, *tree]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            break
-        time.sleep(poll_s)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"{command[2:4]} ended before it could be killed"
-    deadline = time.monotonic() + 30
-    while (alive := [pid for pid in tree if Path(f"/proc/{pid}").exists() and not _zombie(pid)]) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
+    proc = started_until(command, env, ready, poll_s, "it could be killed")
+    os.kill(proc.pid, signal.SIGSTOP)  # no new processes while the tree is read
+    tree = descendants(proc.pid)
+    for pid in [proc.pid, *tree]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, f"{command[2:4]} ended before it could be killed"
+    alive = survivors(tree, within_s=30)
     assert not alive, f"processes {alive} survived the kill"
 
 
@@ -317,10 +315,7 @@ def signal_alone(command: list[str], env: dict, ready: Callable[[], bool], signu
                  poll_s: float = 0.02) -> tuple[subprocess.Popen, list[int]]:  # fmt: skip
     """Start ``command`` and, as soon as ``ready()``, send ``signum`` to its own process alone (what a user, an
     OOM killer or a closed terminal does to `pacs train`); returns it and the processes it had started then."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not ready():
-        assert proc.poll() is None, f"{command[2:4]} ended before the signal"
-        time.sleep(poll_s)
+    proc = started_until(command, env, ready, poll_s, "the signal")
     tree = descendants(proc.pid)
     os.kill(proc.pid, signum)
     return proc, tree
