@@ -15,7 +15,9 @@ def add_parser(verbs) -> None:
     tm.add_argument("--out", type=Path, required=True, help="HF model directory to write")
     tm.add_argument("--seed", type=int, default=0)
     tm.add_argument("--target-accuracy", type=float, default=0.3, help="warm start stops at this held-out accuracy")
-    tm.add_argument("--threads", type=int, default=2, help="torch's threads, and verifier processes for the checks")
+    tm.add_argument("--threads", type=int, default=2, help="torch's threads")
+    tm.add_argument("--verifier-workers", type=int, default=2,
+                    help="verifier processes for the held-out checks (code: sandboxed programs, which mostly wait)")
     tm.set_defaults(func=cmd_tiny_model)
 
 
@@ -35,7 +37,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
         raise ValueError("tiny-model: give --data DIR, or both --train and --heldout")
     train = read_prepared(args.train or args.data / "train.parquet")
     heldout = read_prepared(args.heldout or args.data / "heldout.parquet")
-    with VerifierPool(VerifyConfig(), workers=args.threads) as pool:  # checks run while training waits
+    with VerifierPool(VerifyConfig(), workers=args.verifier_workers) as pool:  # checks run while training waits
         model, tokenizer, history, config = build_tiny_model(train, heldout, pool.score, config)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=args.out.parent, prefix=f".{args.out.name}."))
