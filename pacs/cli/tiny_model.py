@@ -31,14 +31,18 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     from pacs.models.tiny import TinyModelConfig, build_tiny_model
     from pacs.verify import VerifierPool, VerifyConfig
 
-    torch.set_num_threads(args.threads)
     config = TinyModelConfig(seed=args.seed, target_accuracy=args.target_accuracy)
     if args.data is None and (args.train is None or args.heldout is None):
         raise ValueError("tiny-model: give --data DIR, or both --train and --heldout")
     train = read_prepared(args.train or args.data / "train.parquet")
     heldout = read_prepared(args.heldout or args.data / "heldout.parquet")
-    with VerifierPool(VerifyConfig(), workers=args.verifier_workers) as pool:  # checks run while training waits
-        model, tokenizer, history, config = build_tiny_model(train, heldout, pool.score, config)
+    threads = torch.get_num_threads()  # the build's threads only: a caller in this process (a test) keeps its own
+    torch.set_num_threads(args.threads)
+    try:
+        with VerifierPool(VerifyConfig(), workers=args.verifier_workers) as pool:  # checks run while training waits
+            model, tokenizer, history, config = build_tiny_model(train, heldout, pool.score, config)
+    finally:
+        torch.set_num_threads(threads)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=args.out.parent, prefix=f".{args.out.name}."))
     model.save_pretrained(staging)
