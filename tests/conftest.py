@@ -1,4 +1,3 @@
-import gc
 import os
 import shutil
 import sys
@@ -18,11 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
-# The workers collect garbage as a pacs process does: their tests import and build what the CLI's processes do,
-# in one heap that grows over the session (imported after OMP_NUM_THREADS is set: pacs.cli imports no torch)
-from pacs.cli.main import GC_THRESHOLD  # noqa: E402
-
-gc.set_threshold(*GC_THRESHOLD)
 DATA_FILES = ("math500.jsonl", "aime2024.jsonl", "aime2025.jsonl", "amc23.jsonl", "gsm8k_test.jsonl",
               "beyondaime.jsonl", "deepscaler_subset803.json")  # fmt: skip
 

@@ -4,9 +4,9 @@ Each command is a module of pacs.cli with ``add_parser(verbs)`` (its arguments, 
 adding a verb is a new module and one line of ``COMMANDS``."""
 
 import argparse
-import gc
 import sys
 
+from pacs import collector
 from pacs.cli import (
     bench,
     check_code,
@@ -37,15 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# CPython collects its youngest generation every 700 new objects, and the whole heap once enough of them outlive
-# two collections: a pacs process, which imports torch, transformers and often vLLM (millions of objects that
-# live as long as it does), spent 0.7 of the 4.9 CPU seconds of importing transformers' Qwen2 in 7 collections of
-# the whole heap. Every 50,000 objects it runs none there; cyclic garbage waits longer to be freed, a few MB at most.
-GC_THRESHOLD = (50_000, 20, 10)
-
-
 def main(argv: list[str] | None = None) -> int:
-    gc.set_threshold(*GC_THRESHOLD)
+    collector.starting()  # until a model is loaded (pacs.collector)
     from pacs.rollout.base import StaleRolloutError
     from pacs.verify.sandbox import SandboxUnavailable
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pacs import collector
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.data.schema import frame_task, prompt_token_ids, read_prepared
 from pacs.eval.config import RESUMABLE_KEYS, EvalConfig
@@ -115,6 +116,7 @@ class Kept:
             self._close_engine()
             start = time.perf_counter()
             self._engine, self._engine_key = build(), key
+            collector.working()  # the model is loaded (pacs.collector)
             return self._engine, time.perf_counter() - start
         return self._engine, 0.0
 

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+from pacs import collector
 from pacs.algorithms.objectives import Objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
@@ -101,6 +102,7 @@ def load_models(config: RunConfig, objective: Objective, needs: frozenset, resum
         models.skipped_steps, models.reference_step = state["skipped_steps"], state.get("reference_step", 0)
         if rng is not None:
             ckpt.set_rng_state(rng)
+    collector.working()  # the models are loaded (pacs.collector)
     return models
 
 
