@@ -12,7 +12,6 @@ up to a token budget) and counts the tokens each computes.
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ def logprob_peak(mode: str, rows: int, length: int, vocab: int, hidden: int, chu
     import torch
 
     from pacs.train.logprobs import ChunkedLogprobs
+    from pacs.train.memory import resident_peak
 
     torch.manual_seed(0)
     h = torch.randn(rows * length, hidden, device=device, requires_grad=True)
@@ -39,8 +39,9 @@ def logprob_peak(mode: str, rows: int, length: int, vocab: int, hidden: int, chu
         logprobs = (h.sum(-1) + weight.sum()) * 0
     logprobs.sum().backward()
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss * 1024  # fmt: skip
+    # on CPU this process's own high-water mark (VmHWM): getrusage's ru_maxrss also holds the resident memory of the
+    # parent that started it, where that was larger (Linux keeps it across exec)
+    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else resident_peak()
     return {"mode": mode, "rows": rows, "length": length, "vocab": vocab, "hidden": hidden, "chunk_size": chunk_size,
             "device": device, "peak_bytes": int(peak), "seconds": seconds,
             "logits_bytes": rows * length * vocab * 4}  # fmt: skip
