@@ -21,7 +21,7 @@ from math_verify import parse, verify
 
 from pacs.bench.code import with_speedups, work_bound_s
 from pacs.verify import VerifierPool, VerifyConfig, score_answer, status_counts
-from pacs.verify.scoring import EXTRACTORS
+from pacs.verify.scoring import extraction_configs
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ def plain_math_verify(gold: str, answer: str, config: VerifyConfig) -> bool:
     """What a reward function does with math-verify alone: parse the gold and the answer, verify, answer by
     answer, with ``config``'s extraction and comparison settings and math-verify's own timeouts."""
     gold_text = "\\boxed{" + gold + "}" if config.wrap_gold_in_boxed else gold
-    gold_parsed = parse(gold_text, [EXTRACTORS[n]() for n in config.gold_extraction])
-    answer_parsed = parse(answer, [EXTRACTORS[n]() for n in config.answer_extraction])
+    gold_parsed = parse(gold_text, extraction_configs(config.gold_extraction))
+    answer_parsed = parse(answer, extraction_configs(config.answer_extraction))
     if not (gold_parsed and answer_parsed):
         return False
     return verify(gold_parsed, answer_parsed, float_rounding=config.float_rounding,

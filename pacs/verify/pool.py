@@ -122,7 +122,7 @@ class VerifierPool:
         self.hard_deadline_s = hard_timeout_s if hard_timeout_s is not None else config.timeout_s + 1.0
         self._ctx = mp.get_context("forkserver")
         # Workers fork from a server that has math-verify imported already: a replacement is cheap.
-        self._ctx.set_forkserver_preload(["pacs.verify.scoring"])
+        self._ctx.set_forkserver_preload(["math_verify", "pacs.verify.scoring"])
         self._workers = [_Worker(self._ctx, config, code) for _ in range(workers)]
         self.restarts = 0  # workers killed or lost and replaced
         self.unique_scored = 0  # distinct (gold, answer) pairs sent to workers

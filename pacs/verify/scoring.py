@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, StringExtractionConfig, parse, verify
-
 STATUSES = ("correct", "wrong", "no_answer", "timeout", "gold_unparseable", "error")
 # "error": an unexpected exception or a worker that died; counted, never merged into "wrong".
 
-EXTRACTORS = {"latex": LatexExtractionConfig, "expr": ExprExtractionConfig, "string": StringExtractionConfig}
+# math-verify's extraction configs by name; math-verify (and sympy under it, 0.6 s) is imported where an answer is
+# scored, not where a config names them: Snakemake's processes read these configs (pacs.experiment)
+EXTRACTORS = {"latex": "LatexExtractionConfig", "expr": "ExprExtractionConfig", "string": "StringExtractionConfig"}
 
 # With its timeouts off, math-verify warns once per process that we must time out ourselves: we do.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -62,25 +62,34 @@ def _on_alarm(signum, frame):
 
 
 @lru_cache(maxsize=64)
-def _extractors(names: tuple[str, ...]) -> list:
-    return [EXTRACTORS[n]() for n in names]
+def extraction_configs(names: tuple[str, ...]) -> list:
+    """math-verify's extraction configs for ``names`` (keys of ``EXTRACTORS``)."""
+    import math_verify
+
+    return [getattr(math_verify, EXTRACTORS[n])() for n in names]
 
 
 @lru_cache(maxsize=4096)
 def _parse_gold(gold: str, config: VerifyConfig) -> list:
     # Cached: the n answers of a group share one gold. A deadline exception is not cached.
+    from math_verify import parse
+
     text = "\\boxed{" + gold + "}" if config.wrap_gold_in_boxed else gold
-    return parse(text, _extractors(config.gold_extraction), parsing_timeout=None)
+    return parse(text, extraction_configs(config.gold_extraction), parsing_timeout=None)
 
 
 @lru_cache(maxsize=1024)
 def _parse_answer(answer: str, extraction: tuple[str, ...]) -> list:
     # Cached: sampled answers repeat across groups and steps (short final answers above all). Parsing is
     # pure and its result is not mutated; a deadline exception is not cached.
-    return parse(answer, _extractors(extraction), parsing_timeout=None)
+    from math_verify import parse
+
+    return parse(answer, extraction_configs(extraction), parsing_timeout=None)
 
 
 def _score(gold: str, answer: str, config: VerifyConfig) -> Verdict:
+    from math_verify import verify
+
     gold_parsed = _parse_gold(gold, config)
     if not gold_parsed:
         return Verdict("gold_unparseable", 0.0, "")
@@ -100,6 +109,8 @@ def _score(gold: str, answer: str, config: VerifyConfig) -> Verdict:
 
 def score_answer(gold: str, answer: str, config: VerifyConfig = VerifyConfig()) -> Verdict:
     """Verdict for one answer, within ``config.timeout_s`` (main thread only)."""
+    import math_verify  # noqa: F401 - a process's first answer imports it before its deadline starts
+
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, config.timeout_s)
     try:
