@@ -33,7 +33,6 @@ Every vLLM detail of the project lives in this file.
   even while vLLM sleeps; ``pooled_bytes`` says how much, for ``pacs.train.memory`` to leave out.
 """
 
-import gc
 import os
 import re
 from collections.abc import Iterable
@@ -41,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from pacs import collector
 from pacs.rollout.base import Completion, SamplingParams, sample_seeds
 
 MAX_NUM_SEQS_CPU = 256  # vLLM's default for one CPU engine
@@ -154,7 +154,7 @@ class VLLMEngine:
         # vLLM collects the whole heap several times while it builds an engine (gc.collect), 1.3 of the 4 CPU
         # seconds of a tiny model's engine on CPU; what this process holds by now (its imports, the trainer's
         # model) lives as long as it does, so those collections may pass over it
-        gc.freeze()
+        collector.freeze()
         with torch_rng_kept():  # LLM(seed=...) in-process reseeds this process's global RNGs
             self.llm = LLM(
                 model=model,
