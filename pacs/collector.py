@@ -18,7 +18,7 @@ import gc
 
 USUAL = (700, 10, 10)  # CPython's defaults
 STARTING = (50_000, 10, 10)
-_AT_EXIT: list = []  # gc.unfreeze, once registered
+atexit.register(gc.unfreeze)  # what a freeze kept out is collected at exit (nothing frozen: nothing to do)
 
 
 def starting() -> None:
@@ -29,8 +29,6 @@ def freeze() -> None:
     """What this process holds now is left out of every collection until it exits; at exit it is collected as
     usual (without that, triton's extension reports its objects as leaked). Garbage is collected first, so that
     none is kept alive by the freeze (a cycle holding a loaded checkpoint's tensors)."""
-    if gc.unfreeze not in _AT_EXIT:
-        _AT_EXIT.append(atexit.register(gc.unfreeze))
     gc.collect()
     gc.freeze()
 

@@ -108,8 +108,9 @@ def tiny_code_model(toy_code_data, tmp_path_factory) -> Path:
     """A tiny Qwen2 warm-started on the toy code task, its held-out programs checked in the sandbox: built beside
     the other worker's tests, so with this worker's share of the cores (alone: 51 s at two threads, 70 s at one,
     of which 20 s the checks' sandboxes; at two threads beside the other worker, 116 s)."""
-    threads = os.environ.get("OMP_NUM_THREADS", "2")
-    build = lambda out: _cli("tiny-model", "--data", toy_code_data, "--out", out / "model", "--threads", threads)  # noqa: E731
+    from helpers import threads
+
+    build = lambda out: _cli("tiny-model", "--data", toy_code_data, "--out", out / "model", "--threads", threads())  # noqa: E731
     return built_once(tmp_path_factory, "tiny_code", build) / "model"
 
 

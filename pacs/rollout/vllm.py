@@ -151,10 +151,7 @@ class VLLMEngine:
         self.sleep_level = getattr(options, "sleep_level", 0) if in_process and not self.on_cpu else 0
         self.asleep = False
         self.in_process = in_process
-        # vLLM collects the whole heap several times while it builds an engine (gc.collect), 1.3 of the 4 CPU
-        # seconds of a tiny model's engine on CPU; what this process holds by now (its imports, the trainer's
-        # model) lives as long as it does, so those collections may pass over it
-        collector.freeze()
+        collector.freeze()  # vLLM's build collects the whole heap 5 times: not what exists now (pacs.collector)
         with torch_rng_kept():  # LLM(seed=...) in-process reseeds this process's global RNGs
             self.llm = LLM(
                 model=model,
