@@ -48,3 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, StaleRolloutError, SandboxUnavailable) as e:
         print(f"pacs {args.verb}: error: {e}", file=sys.stderr)
         return 2
+
+
+def run() -> None:
+    """The ``pacs`` command and ``python -m pacs.cli``: ``main`` on argv, then the process ends without the
+    interpreter's teardown (``pacs.collector.leave``)."""
+    collector.leave(main())

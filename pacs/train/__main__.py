@@ -4,6 +4,7 @@ starts on every rank; launching itself is ``pacs.train.launch``."""
 import sys
 
 if __name__ == "__main__":
+    from pacs import collector
     from pacs.cli import main
 
-    sys.exit(main(["train", *sys.argv[1:]]))
+    collector.leave(main(["train", *sys.argv[1:]]))
