@@ -92,8 +92,12 @@ def toy_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(toy_data, tmp_path_factory) -> Path:
-    """A tiny Qwen2 warm-started on the toy task, built by `pacs tiny-model` (about a minute on 2 cores)."""
-    build = lambda out: _cli("tiny-model", "--data", toy_data, "--out", out / "model")  # noqa: E731
+    """A tiny Qwen2 warm-started on the toy task, built by `pacs tiny-model` with this worker's share of the cores,
+    while the other worker runs the modules that need no model (``FIRST``): alone, 41 s and 77 CPU seconds at two
+    threads, 66 s and 65 CPU seconds at one, the same weights bit for bit."""
+    from helpers import threads
+
+    build = lambda out: _cli("tiny-model", "--data", toy_data, "--out", out / "model", "--threads", threads())  # noqa: E731
     return built_once(tmp_path_factory, "tiny", build) / "model"
 
 
@@ -155,10 +159,11 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
 # Under pytest-xdist (README's test command: two workers, `--dist loadfile`, `--no-loadscope-reorder`) each module
 # runs whole on one worker (its module-scoped fixtures built once; the session-scoped ones are ``built_once`` for
 # both workers), and these modules start first, slowest first (tests/README.md, "Time"): a long module started
-# last would leave the other worker idle at the end.
-FIRST = ("test_workflow.py", "test_generators.py", "test_evaluate.py", "test_train_loop.py", "test_distributed.py",
-         "test_learning.py", "test_workflow_dag.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py",
-         "test_train_fsdp.py")
+# last would leave the other worker idle at the end. Second, the modules that need no model (the cluster's pip
+# resolution, the sandbox's hostile programs): the other worker's work while the first builds the tiny model.
+FIRST = ("test_workflow.py", "test_install.py", "test_code_sandbox.py", "test_generators.py", "test_evaluate.py",
+         "test_train_loop.py", "test_distributed.py", "test_learning.py", "test_workflow_dag.py", "test_train_vllm.py",
+         "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
 SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
 
 
