@@ -52,7 +52,10 @@ def working() -> None:
 def leave(code: int | None) -> NoReturn:
     """End this process with exit status ``code`` (None: 0) as the interpreter ends it (its non-daemon threads
     joined, with what they registered to run before: ``threading._shutdown``, as the interpreter calls it; then
-    the atexit handlers), without its teardown."""
+    the atexit handlers), without its teardown. Under a profiler or a tracer (cProfile, coverage, a debugger),
+    which writes its results after the program returns, the usual exit instead."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -315,3 +315,42 @@ def test_each_command_is_its_own_module_of_short_functions():
                 assert node.end_lineno - node.lineno < 60, (
                     f"{path.name}: {node.name} is {node.end_lineno - node.lineno + 1} lines"
                 )
+
+
+# a process that leaves: its output buffered, a non-daemon thread still working, an exit handler, a status
+LEAVING = """
+import atexit, sys, threading, time
+from pacs import collector
+
+worker = threading.Thread(target=lambda: (time.sleep(0.2), print("thread done", flush=True)))
+worker.start()
+atexit.register(lambda: print("atexit ran"))
+sys.stdout.write("buffered ")
+collector.leave({code})
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3, None])
+def test_a_pacs_process_ends_as_the_interpreter_ends_it_less_its_teardown(code):
+    """pacs.collector.leave, as the `pacs` command and torchrun's ranks end: the threads joined, then the exit
+    handlers, all output written, and the exit status main returned (None: 0)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LEAVING.format(code=code)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == (code or 0), done.stderr
+    assert done.stdout == "buffered thread done\natexit ran\n", done.stdout
+
+
+def test_a_profiled_pacs_process_exits_as_usual_so_that_its_profile_is_written(tmp_path):
+    import subprocess
+    import sys
+
+    script, profile = tmp_path / "leaving.py", tmp_path / "leaving.prof"
+    script.write_text(LEAVING.format(code=3))
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), str(script)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    # (cProfile takes the SystemExit as the end of the program, and exits 0 after it: the status is its own)
+    assert done.stdout == "buffered thread done\natexit ran\n", done.stdout + done.stderr
+    assert profile.stat().st_size > 0
