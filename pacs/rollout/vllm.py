@@ -2,7 +2,10 @@
 
 Every vLLM detail of the project lives in this file.
 
-- **Evaluation** starts vLLM's usual multi-process engine from a checkpoint directory.
+- **Evaluation** starts vLLM's usual multi-process engine from a checkpoint directory on GPUs. On a CPU the
+  engine runs in the evaluation's process: vLLM's engine core and its CPU worker would be two processes more,
+  each importing torch and vLLM (about 20 CPU seconds for the tiny model's evaluation), for nothing a CPU
+  overlaps.
 - **Training** starts one engine per rank inside the trainer's process (``in_process``) and pushes the
   trainer's weights into it after every update (``update_weights``: vLLM's in-place ``reload_weights``,
   then a prefix-cache reset, since cached prompt KV was computed by the old weights). Under torchrun the
@@ -111,7 +114,8 @@ def completion(output, with_logprobs: bool) -> Completion:
 
 class VLLMEngine:
     """One vLLM engine. ``max_sequences``: the most sequences one ``generate`` call holds (prompts × n),
-    which sizes the KV cache on CPU. ``in_process``: the trainer's engine, whose weights can be pushed."""
+    which sizes the KV cache on CPU. ``in_process``: the engine in this process, whose weights can be pushed
+    (the trainer's); None: in this process on a CPU, in vLLM's own processes elsewhere."""
 
     def __init__(
         self,
@@ -121,7 +125,7 @@ class VLLMEngine:
         dtype: str,
         max_sequences: int,
         options: VLLMOptions = VLLMOptions(),
-        in_process: bool = False,
+        in_process: bool | None = None,
     ):
         if in_process:  # read when the engine is built: the engine core runs in this process
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -134,6 +138,9 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
+        if in_process is None and self.on_cpu:  # still before the engine is built
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        in_process = self.on_cpu if in_process is None else in_process
         extra = {}
         if in_process and dist.is_initialized() and dist.get_world_size() > 1:
             extra["distributed_executor_backend"] = "external_launcher"  # the trainer's ranks and devices
