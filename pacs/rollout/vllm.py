@@ -127,8 +127,6 @@ class VLLMEngine:
         options: VLLMOptions = VLLMOptions(),
         in_process: bool | None = None,
     ):
-        if in_process:  # read when the engine is built: the engine core runs in this process
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import torch.distributed as dist
         import vllm
         from transformers import AutoConfig
@@ -138,9 +136,9 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
-        if in_process is None and self.on_cpu:  # still before the engine is built
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         in_process = self.on_cpu if in_process is None else in_process
+        if in_process:  # read when the engine is built (vLLM caches its settings only once one is): its core runs here
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         extra = {}
         if in_process and dist.is_initialized() and dist.get_world_size() > 1:
             extra["distributed_executor_backend"] = "external_launcher"  # the trainer's ranks and devices
