@@ -16,6 +16,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from pacs.algorithms.objectives import get_objective
+from pacs.collector import leave
 from pacs.config import from_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.models.tiny import eos_token_ids
@@ -108,6 +109,14 @@ def join(rank: int, world: int, port: int) -> DistEnv:
     return init_distributed(rank, world, int(os.environ["LOCAL_RANK"]))
 
 
+def leave_group() -> None:
+    """A spawned rank leaves its group and ends as pacs's ranks end (``pacs.collector.leave``): without the
+    interpreter's teardown, where objects that still hold gloo's group can abort a process that has done its work
+    (pytorch/pytorch#179291; a two-rank test here once ended with SIGABRT on a CI machine)."""
+    torch.distributed.destroy_process_group()
+    leave(0)
+
+
 def on_host(results):
     """``results`` with every tensor on the host: what a rank on a GPU saves for the test to compare."""
     return torch.utils._pytree.tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, results)
@@ -126,7 +135,7 @@ def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorit
         results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
         torch.save(on_host(results), out_file)
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def ragged_batch(model_path, data_dir, lengths: list[int], prompts: int = 8, seed: int = 0):
@@ -191,7 +200,7 @@ def trainer_update_worker(rank: int, world: int, port: int, model_path, batch_fi
     results = {name: trainer_update(model_path, batch, run, env) for name, run in runs.items()}
     if rank == 0:
         torch.save(on_host(results), out_file)
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def fp32_sum_bound(abs_terms: torch.Tensor, terms: int, sigmas: float = 8.0) -> torch.Tensor:
@@ -236,7 +245,7 @@ def fsdp_generate_worker(rank: int, world: int, port: int, model_path, out_file)
                                 "longest": max((len(c.token_ids) for g in sampled for c in g), default=0)})
     result["sharded_after"] = all(isinstance(p, DTensor) for p in root.parameters())
     torch.save(result, f"{out_file}.{rank}")
-    torch.distributed.destroy_process_group()
+    leave_group()
 
 
 def check_gathered_generation(model_path, out: Path) -> None:
