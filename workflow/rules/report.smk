@@ -9,6 +9,17 @@ PASS_AT_K = f"{RESULTS}/report/pass_at_k.csv"
 PER_PROBLEM = f"{RESULTS}/report/per_problem.csv"
 
 
+# The report's rules read result files and take seconds: they run where Snakemake runs (with --profile slurm, the
+# node that submits), not as SLURM jobs of their own that would each wait in the queue; and wandb's upload needs
+# the network, which compute nodes often lack.
+localrules:
+    collect_pass_at_k,
+    make_tables,
+    make_figures,
+    write_report,
+    log_results_to_wandb,
+
+
 rule collect_pass_at_k:
     input:
         manifest=MANIFEST,
