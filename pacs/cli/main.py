@@ -6,7 +6,7 @@ adding a verb is a new module and one line of ``COMMANDS``."""
 import argparse
 import sys
 
-from pacs import collector
+from pacs import collector, imports_left_out
 from pacs.cli import (
     bench,
     check_code,
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     collector.starting()  # until a model is loaded (pacs.collector)
+    imports_left_out.leave_out()  # scikit-learn and SciPy, which transformers imports at start-up
     from pacs.rollout.base import StaleRolloutError
     from pacs.verify.sandbox import SandboxUnavailable
 

@@ -130,6 +130,10 @@ def correct_answers(responses: pd.DataFrame, task: str, config: DiversityConfig)
 def load_embedder(config: DiversityConfig):
     """``config.model`` as a SentenceTransformer on its device, in its dtype, at its length."""
     import torch
+
+    from pacs import imports_left_out
+
+    imports_left_out.take_back()  # sentence-transformers needs scikit-learn and SciPy
     from sentence_transformers import SentenceTransformer
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device

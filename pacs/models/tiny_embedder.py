@@ -49,6 +49,9 @@ def embedder_corpus(size: int = 400) -> list[str]:
 
 def build_tiny_embedder(out: Path, config: TinyEmbedderConfig = TinyEmbedderConfig()) -> Path:
     """Write the model to ``out`` (replaced whole, or left as it was if building fails); returns ``out``."""
+    from pacs import imports_left_out
+
+    imports_left_out.take_back()  # sentence-transformers needs scikit-learn and SciPy
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
