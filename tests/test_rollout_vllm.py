@@ -66,7 +66,7 @@ def test_the_engine_asks_vllm_for_one_seed_block_per_call(vllm_installed):
         return [SimpleNamespace(outputs=[output] * 3) for _ in requests]
 
     engine = VLLMEngine.__new__(VLLMEngine)
-    engine.__dict__.update(asleep=False, per_request_seed=True, in_process=False, stop_token_ids=[0],
+    engine.__dict__.update(asleep=False, per_request_seed=True, in_process=False, uncompiled=False, stop_token_ids=[0],
                            llm=SimpleNamespace(generate=generate))  # fmt: skip
     engine.generate([[5, 6], [7], [8, 9, 10]], SamplingParams(n=3, max_tokens=4, seed=rollout_seed(0, 2, 1)))
     assert [p.seed for p in asked] == [rollout_seed(0, 2, 1) + 3 * i for i in range(3)]

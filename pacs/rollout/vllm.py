@@ -156,8 +156,12 @@ class VLLMEngine:
         self.sleep_level = getattr(options, "sleep_level", 0) if in_process and not self.on_cpu else 0
         self.asleep = False
         self.in_process = in_process
+        # enforce_eager on a CPU: vLLM's sampler ops eager too, not compiled by inductor at every start (its
+        # vector-ISA check in 6 processes, a header precompiled by g++; for the tiny model's 2-step training
+        # job 1.4 of 9.1 CPU seconds) to fuse a few element-wise ops on tensors of a few sequences
+        self.uncompiled = self.on_cpu and options.enforce_eager
         collector.freeze()  # vLLM's build collects the whole heap 5 times: not what exists now (pacs.collector)
-        with torch_rng_kept():  # LLM(seed=...) in-process reseeds this process's global RNGs
+        with torch_rng_kept(), eager_if(self.uncompiled):  # LLM(seed=...) in-process reseeds this process's RNGs
             self.llm = LLM(
                 model=model,
                 seed=seed,
@@ -201,7 +205,7 @@ class VLLMEngine:
         else:
             sampling = self._sampling_params(params, None)
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        with torch_rng_kept():  # in-process, vLLM's CPU sampler draws from the global torch RNG
+        with torch_rng_kept(), eager_if(self.uncompiled):  # in-process, vLLM's CPU sampler draws from torch's RNG
             if self.in_process and not self.per_request_seed and params.seed is not None:
                 import torch
 
@@ -277,6 +281,18 @@ def _held_fingerprints(worker, shapes: dict) -> dict[str, int | None]:
                 part = part[: want[0]]  # vLLM pads the vocabulary dimension
             held[part_name] = fingerprint(part) if part is not None and part.numel() else None
     return held
+
+
+@contextmanager
+def eager_if(eager: bool):
+    """Every ``torch.compile`` inside runs eagerly when ``eager`` (``torch.compiler.set_stance``)."""
+    if not eager:
+        yield
+        return
+    import torch
+
+    with torch.compiler.set_stance("force_eager"):
+        yield
 
 
 @contextmanager
