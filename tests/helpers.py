@@ -122,17 +122,19 @@ def on_host(results):
     return torch.utils._pytree.tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, results)
 
 
-def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, algorithm, options, out_file) -> None:
-    """Both strategies on the same batch, and fsdp with token-budget micro-batches, each group's prompt shared
-    (two forwards through every FSDP unit before one backward); rank 0 saves them all."""
+def ddp_worker(rank: int, world: int, port: int, model_path, batch_file, objectives: dict, out_file) -> None:
+    """For each objective (``{algorithm: options}``), both strategies on the same batch, and fsdp with
+    token-budget micro-batches, each group's prompt shared (two forwards through every FSDP unit before one
+    backward); rank 0 saves them all, ``{algorithm: {strategy: result}}``."""
     env = join(rank, world, port)
     batch = torch.load(batch_file)
     results = {}
-    for name, strategy, max_tokens in (("ddp", "ddp", None), ("fsdp", "fsdp", None), ("fsdp-tokens", "fsdp", 400)):
-        policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1,
-                                             mini_prompts=4, strategy=strategy, max_tokens=max_tokens,
-                                             share_prompt=True)  # fmt: skip
-        results[name] = {"policy": policy, "critic": critic, "metrics": metrics}
+    for algorithm, options in objectives.items():
+        for name, strategy, max_tokens in (("ddp", "ddp", None), ("fsdp", "fsdp", None), ("fsdp-tokens", "fsdp", 400)):
+            policy, critic, metrics = one_update(model_path, batch, algorithm, options, env, micro_prompts=1,
+                                                 mini_prompts=4, strategy=strategy, max_tokens=max_tokens,
+                                                 share_prompt=True)  # fmt: skip
+            results.setdefault(algorithm, {})[name] = {"policy": policy, "critic": critic, "metrics": metrics}
     if rank == 0:
         torch.save(on_host(results), out_file)
     leave_group()

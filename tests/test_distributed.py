@@ -9,31 +9,31 @@ from helpers import check_gathered_generation, ddp_worker, fixed_batch, one_upda
 from pacs.train.distributed import DistEnv
 from pacs.train.launch import free_port
 
+# the three objectives in one pair of ranks (two processes started once, not once per objective)
+OBJECTIVES = {"pacs": {}, "grpo": {"loss_agg_mode": "seq-mean-token-sum-norm", "max_response_length": 12}, "ppo": {}}
 
-@pytest.mark.parametrize(
-    "algorithm, options",
-    [("pacs", {}), ("grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "max_response_length": 12}), ("ppo", {})],
-)
-def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path, algorithm, options):
-    """DDP, FSDP2 and FSDP2 with token-budget micro-batches on two ranks, prompts shared, against one process,
-    unsharded, every row whole."""
+
+def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path):
+    """For PACS, GRPO and PPO: DDP, FSDP2 and FSDP2 with token-budget micro-batches on two ranks, prompts shared,
+    against one process, unsharded, every row whole."""
     out, batch_file = tmp_path / "rank0.pt", tmp_path / "batch.pt"
     batch = fixed_batch(raw_tiny_model, toy_data)
     torch.save(batch, batch_file)
-    args = (2, free_port(), raw_tiny_model, batch_file, algorithm, options, out)
-    mp.spawn(ddp_worker, args=args, nprocs=2, join=True)
-    two = torch.load(out, weights_only=False)
-    policy, critic, metrics = one_update(raw_tiny_model, batch, algorithm, options, DistEnv(), 1, 4)
-    for strategy, result in two.items():
-        for name, p in policy.items():
-            torch.testing.assert_close(
-                result["policy"][name], p, atol=2e-6, rtol=1e-5, msg=lambda m, s=strategy, n=name: f"{s} {n}: {m}"
-            )
-        if critic is not None:
-            for name, p in critic.items():
-                torch.testing.assert_close(result["critic"][name], p, atol=2e-6, rtol=1e-5, msg=f"{strategy} critic")
-        assert result["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-4, abs=1e-6), strategy
-        assert result["metrics"]["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-4), strategy
+    mp.spawn(ddp_worker, args=(2, free_port(), raw_tiny_model, batch_file, OBJECTIVES, out), nprocs=2, join=True)
+    results = torch.load(out, weights_only=False)
+    assert list(results) == list(OBJECTIVES)
+    for algorithm, options in OBJECTIVES.items():
+        policy, critic, metrics = one_update(raw_tiny_model, batch, algorithm, options, DistEnv(), 1, 4)
+        for strategy, result in results[algorithm].items():
+            where = f"{algorithm} {strategy}"
+            for name, p in policy.items():
+                torch.testing.assert_close(result["policy"][name], p, atol=2e-6, rtol=1e-5,
+                                           msg=lambda m, w=where, n=name: f"{w} {n}: {m}")  # fmt: skip
+            if critic is not None:
+                for name, p in critic.items():
+                    torch.testing.assert_close(result["critic"][name], p, atol=2e-6, rtol=1e-5, msg=f"{where} critic")
+            assert result["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-4, abs=1e-6), where
+            assert result["metrics"]["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-4), where
 
 
 def test_generation_from_a_sharded_policy_gathers_it_once_per_call(raw_tiny_model, tmp_path):
