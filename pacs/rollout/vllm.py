@@ -62,7 +62,7 @@ class VLLMOptions:
     gpu_memory_utilization: float = 0.85  # GPU: fraction of the card vLLM may fill (weights + KV cache)
     kv_cache_gib: float | None = None  # explicit KV-cache size; on CPU null sizes it from what the run needs
     tensor_parallel_size: int = 1  # GPUs per engine (evaluation; training runs one engine per rank)
-    enforce_eager: bool = False  # no CUDA graphs / compilation: faster start, slower decoding
+    enforce_eager: bool = False  # no CUDA graphs / compilation: faster start, slower decoding (CPU: sampler too)
 
 
 @dataclass(frozen=True)
