@@ -3,7 +3,7 @@
 transformers imports both whenever they are installed, at every start: scikit-learn for assisted decoding's
 candidate confidence, SciPy for object detection's loss; pacs uses neither. Here they are installed because
 sentence-transformers (v2's diversity embedder) requires them, and importing them cost each process that loads a
-model 1.2 of its 4.9 CPU seconds (``import transformers.models.qwen2.modeling_qwen2``). ``leave_out`` (the CLI's
+model 1.3 of its 4.9 CPU seconds (``import transformers.models.qwen2.modeling_qwen2``). ``leave_out`` (the CLI's
 first step) marks them absent, as Python's ``sys.modules`` convention does (an entry of None: ``find_spec`` answers
 None and an import raises ModuleNotFoundError); ``take_back`` undoes it before sentence-transformers is imported.
 Where one was imported before ``leave_out`` (a test worker), it stays."""

@@ -108,7 +108,7 @@ def test_what_the_workflow_and_the_launchers_import_leaves_the_heavy_packages_ou
 
 
 # transformers imports scikit-learn and SciPy at every start where they are installed (sentence-transformers
-# installs them): a pacs command leaves them out (pacs.imports_left_out; 1.2 of the 4.9 CPU seconds of importing
+# installs them): a pacs command leaves them out (pacs.imports_left_out; 1.3 of the 4.9 CPU seconds of importing
 # Qwen2), and the commands that use sentence-transformers take them back
 def test_a_pacs_command_loads_qwen2_without_scikit_learn_and_scipy_and_the_embedder_takes_them_back(tmp_path):
     toy, embedder = tmp_path / "toy", tmp_path / "embedder"
