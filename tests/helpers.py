@@ -381,6 +381,9 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
     result["after_push"] = gap()
     result["vllm_greedy"] = [g[0].text for g in engine.generate(prompts, greedy)]
     result["hf_greedy"] = [g[0].text for g in HFEngine(policy, tokenizer, stops).generate(prompts, greedy)]
+    from torch._dynamo.utils import counters
+
+    result["frames_compiled"] = counters["frames"]["ok"]  # enforce_eager on a CPU: vLLM's sampler too
     engine.close()
     with open(out, "w") as f:
         json.dump(result, f)

@@ -138,6 +138,7 @@ def test_pushed_weights_make_vllm_answer_as_transformers_does(resumed_run, tiny_
     assert result["push_check"] == {"rollout/push_checked_tensors": CHECKED_ON_CPU}
     assert result["vllm_greedy"] == result["hf_greedy"]
     assert len(set(result["hf_greedy"])) > 10
+    assert result["frames_compiled"] == 0  # enforce_eager on a CPU: nothing compiled, vLLM's sampler ops included
 
 
 def stopped(config: Path, out: Path, patch: str) -> str:
