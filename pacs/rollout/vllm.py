@@ -39,7 +39,7 @@ Every vLLM detail of the project lives in this file.
 import os
 import re
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
@@ -283,16 +283,11 @@ def _held_fingerprints(worker, shapes: dict) -> dict[str, int | None]:
     return held
 
 
-@contextmanager
 def eager_if(eager: bool):
-    """Every ``torch.compile`` inside runs eagerly when ``eager`` (``torch.compiler.set_stance``)."""
-    if not eager:
-        yield
-        return
+    """A context in which every ``torch.compile`` runs eagerly when ``eager`` (``torch.compiler.set_stance``)."""
     import torch
 
-    with torch.compiler.set_stance("force_eager"):
-        yield
+    return torch.compiler.set_stance("force_eager") if eager else nullcontext()
 
 
 @contextmanager
