@@ -117,6 +117,23 @@ def test_pool_deduplicates_and_agrees_with_in_process_scoring():
     assert set(counts) == set(STATUSES) and sum(counts.values()) == len(golds)
 
 
+def test_a_pool_starts_its_workers_at_the_first_call_that_needs_them():
+    """A pool that scores nothing, or only multiple choice (scored in the caller), starts no process: a trainer
+    rank beside generator ranks holds one that it never uses. The first math call starts its workers."""
+    from helpers import descendants
+
+    before = set(descendants(os.getpid()))  # an earlier test's forkserver may be running: it is process-wide
+    with VerifierPool(workers=2) as pool:
+        assert [v.status for v in pool.score(["A", "B"], ["ANSWER: A", "ANSWER: C"], task="choice")] == [
+            "correct", "wrong"]
+        assert pool.score([], []) == []
+        assert set(descendants(os.getpid())) == before
+        assert pool.score(["1"], ["\\boxed{1}"])[0].status == "correct"
+        workers = [w.proc.pid for w in pool._workers]
+        assert len(workers) == 2 and set(workers) <= set(descendants(os.getpid())) - before
+    assert not set(workers) & set(descendants(os.getpid()))  # closed with the pool
+
+
 def test_the_trainers_verifier_workers_follow_the_node():
     """verifier.workers null: each rank takes its share of the cores it may run on, less one for itself."""
     from pacs.train.config import VerifierConfig
