@@ -86,15 +86,17 @@ def test_no_module_of_pacs_imports_itself_back():
 
 # what the Snakefile imports (workflow/rules/common.smk), and the launchers of a training job: every Snakemake
 # process (each job's on a cluster too) and every launcher would otherwise spend a second or more importing torch,
-# and 0.6 s importing math-verify (sympy) for configs that only name its extractors; the preflight's checkpoint
+# 0.6 s importing math-verify (sympy) for configs that only name its extractors, and a third of a second importing
+# matplotlib's pyplot for the report's figure names (workflow/rules/report.smk); the preflight's checkpoint
 # check (its launcher's own) needs torch but not transformers (4 s more)
 LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.segments",
-         "pacs.train.launch", "pacs.train.preflight", "pacs.cli")  # fmt: skip
+         "pacs.train.launch", "pacs.train.preflight", "pacs.cli", "pacs.report.figures",
+         "pacs.report.tables")  # fmt: skip
 CHECKPOINT_CHECK = ("pacs.train.retention", "pacs.train.checkpoint", "pacs.train.distributed")
 
 
 HEAVY = {
-    "light": (LIGHT, ("torch", "transformers", "vllm", "math_verify")),
+    "light": (LIGHT, ("torch", "transformers", "vllm", "math_verify", "matplotlib")),
     "checkpoint": (CHECKPOINT_CHECK, ("transformers", "vllm")),
 }
 

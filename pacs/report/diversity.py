@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pacs.io import atomic_write_text
-from pacs.report.plotting import plt, save_figure
+from pacs.report.plotting import colormap, save_figure, subplots
 from pacs.report.tables import to_html
 
 PUBLISHED_DIVERSITY = Path(__file__).with_name("published_diversity_v2.csv")  # v2's Table 3
@@ -189,10 +189,10 @@ def diversity_figures(manifest: dict, out: Path) -> list[Path]:
         stored = read_embeddings(entry["embeddings"])
         _check_keys(manifest, entry, set(stored["method"]))
         methods = [m for m in manifest["methods"] if m in set(stored["method"])]
-        tab20 = plt.get_cmap("tab20")
+        tab20 = colormap("tab20")
         colour = {m: tab20(i % 20) for i, m in enumerate(manifest["methods"])}  # one method, one colour everywhere
         problems = chosen_problems(stored, methods)
-        fig, axes = plt.subplots(1, max(len(problems), 1), figsize=(3.3 * max(len(problems), 1), 3.3), squeeze=False)
+        fig, axes = subplots(1, max(len(problems), 1), figsize=(3.3 * max(len(problems), 1), 3.3), squeeze=False)
         for ax, problem in zip(axes[0], problems, strict=False):
             rows = stored["problem"] == problem
             coords, share = pca_2d(stored["embeddings"][rows])

@@ -22,7 +22,7 @@ import pandas as pd
 
 from pacs.report.collect import final_rows, published_value
 from pacs.report.diversity import diversity_blank, diversity_figures
-from pacs.report.plotting import plt, save_figure
+from pacs.report.plotting import colormap, save_figure, subplots
 
 TRAINING_PANELS = {  # metrics.jsonl key → panel title
     "reward/mean": "mean reward",
@@ -50,7 +50,7 @@ def passk_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
     final, written = final_rows(table), []
     final = final[final["method"] != "released"]  # one line each: their pass@1 is the `released` table
     for model, bench in final[["model", "benchmark"]].drop_duplicates().itertuples(index=False):
-        fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        fig, ax = subplots(figsize=(4.5, 3.4))
         rows = final[(final["model"] == model) & (final["benchmark"] == bench)]
         for method in (m for m in manifest["methods"] if m in set(rows["method"])):
             r = rows[rows["method"] == method].sort_values("k")
@@ -85,7 +85,7 @@ def dynamics_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path
         if trained.empty:
             continue
         base = rows[rows["method"] == "base"]
-        fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        fig, ax = subplots(figsize=(4.5, 3.4))
         for method in _methods(manifest, trained["method"]):
             r = pd.concat([base, trained[trained["method"] == method]]).sort_values("step")
             _line(ax, r["step"], r, manifest["methods"][method]["label"])
@@ -103,7 +103,7 @@ def entropy_curves(manifest: dict, out: Path) -> list[Path]:
         curves = {m: c[["step", "policy/entropy"]].dropna() for m, c in curves.items() if "policy/entropy" in c}
         if not curves:
             continue
-        fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        fig, ax = subplots(figsize=(4.5, 3.4))
         for method in _methods(manifest, curves):
             c = curves[method]
             ax.plot(c["step"], c["policy/entropy"], marker="o" if len(c) < 20 else None, ms=2,
@@ -135,7 +135,7 @@ def sweep_curves(table: pd.DataFrame, manifest: dict, out: Path) -> list[Path]:
             cell = rows[(rows["model"] == model) & (rows["benchmark"] == bench)]
             if cell["method"].nunique() < 2:  # a sweep on another model: one point is no curve
                 continue
-            fig, ax = plt.subplots(figsize=(4.5, 3.4))
+            fig, ax = subplots(figsize=(4.5, 3.4))
             for k in manifest["benchmarks"][bench]["ks"]:
                 r = cell[cell["k"] == k]
                 r = r.assign(x=r["method"].map(x)).sort_values("x")
@@ -229,7 +229,7 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
             continue
         present = [b for b in benches if b in set(rows["benchmark"])]
         methods = _methods(manifest, rows["method"])
-        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(present) * max(len(methods), 2) / 3, 3.4))
+        fig, ax = subplots(figsize=(1.2 + 1.1 * len(present) * max(len(methods), 2) / 3, 3.4))
         width = 0.8 / len(methods)
         for i, method in enumerate(methods):
             for j, bench in enumerate(present):
@@ -239,7 +239,7 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
                     continue
                 x, v = j - 0.4 + width * (i + 0.5), r.iloc[0]
                 label = manifest["methods"][method]["label"] if j == 0 else None
-                ax.bar(x, v["pass_at_k"], width, color=plt.get_cmap("tab20")(i % 20), label=label,
+                ax.bar(x, v["pass_at_k"], width, color=colormap("tab20")(i % 20), label=label,
                        yerr=[[v["pass_at_k"] - v["ci_low"]], [v["ci_high"] - v["pass_at_k"]]], capsize=2)
                 paper = published_value(published, manifest, model, method, bench, k)
                 if not math.isnan(paper):
@@ -320,7 +320,7 @@ def training_curves(manifest: dict, out: Path) -> list[Path]:
     written = []
     for run in manifest["runs"]:
         records = read_training_metrics(run["metrics"])
-        fig, axes = plt.subplots(1, len(TRAINING_PANELS), figsize=(3.2 * len(TRAINING_PANELS), 2.8))
+        fig, axes = subplots(1, len(TRAINING_PANELS), figsize=(3.2 * len(TRAINING_PANELS), 2.8))
         for ax, (key, title) in zip(axes, TRAINING_PANELS.items(), strict=True):
             if key in records:
                 r = records[["step", key]].dropna()
