@@ -18,6 +18,7 @@ from pacs.verify.code import extract_code
 from pacs.verify.sandbox import LEVELS, resolve_isolation
 
 PROMPTS, N = 16, 8  # a step's prompts and samples per prompt (write_run_config's toy run)
+STEPS = 2  # the PACS run's steps: each one verifier call of 128 programs, the second after an update
 
 
 class RecordingPool(VerifierPool):
@@ -55,12 +56,12 @@ def assert_counts_are_the_rewards(record: dict, verdicts: list, samples: int) ->
 # slow: the only training on sandboxed code rewards (and the tiny code model it needs)
 @pytest.mark.slow
 def test_pacs_trains_on_toy_code_with_sandboxed_rewards(tiny_code_model, toy_code_data, tmp_path, monkeypatch):
-    trainer = {"total_steps": 4, "batch_size": PROMPTS, "mini_batch_size": PROMPTS, "micro_batch_size": 8}
+    trainer = {"total_steps": STEPS, "batch_size": PROMPTS, "mini_batch_size": PROMPTS, "micro_batch_size": 8}
     records, calls = train_on_code(tiny_code_model, toy_code_data, tmp_path, monkeypatch, trainer=trainer,
-                                   checkpoint={"save_every": 4})  # fmt: skip
+                                   checkpoint={"save_every": STEPS})  # fmt: skip
     print("reward/mean by step:", [r["reward/mean"] for r in records])
     print("statuses by step:", [{s: r[f"verifier/{s}"] for s in CODE_STATUSES if r[f"verifier/{s}"]} for r in records])
-    assert len(records) == len(calls) == 4  # one verifier call a step: no held-out evaluation
+    assert len(records) == len(calls) == STEPS  # one verifier call a step: no held-out evaluation
     level = resolve_isolation("auto")  # every program ran at the level this machine gives
     for record, (golds, _, task, verdicts) in zip(records, calls, strict=True):
         assert task == "code" and all(json.loads(g)["tests"] for g in golds)
@@ -87,7 +88,7 @@ def test_pacs_trains_on_toy_code_with_sandboxed_rewards(tiny_code_model, toy_cod
     assert verdicts[j].score == 0.0 and score_code(golds[j], answers[j]).status == "failed"
 
     start = AutoModelForCausalLM.from_pretrained(tiny_code_model).state_dict()
-    weights = load_file(ckpt.checkpoint_dir(tmp_path / "run" / "checkpoints", 4) / "model.safetensors")
+    weights = load_file(ckpt.checkpoint_dir(tmp_path / "run" / "checkpoints", STEPS) / "model.safetensors")
     assert any(not torch.equal(p, start[k]) for k, p in weights.items())  # the rewards moved the policy
 
 
