@@ -230,7 +230,7 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
         present = [b for b in benches if b in set(rows["benchmark"])]
         methods = _methods(manifest, rows["method"])
         fig, ax = subplots(figsize=(1.2 + 1.1 * len(present) * max(len(methods), 2) / 3, 3.4))
-        width = 0.8 / len(methods)
+        width, tab20 = 0.8 / len(methods), colormap("tab20")
         for i, method in enumerate(methods):
             for j, bench in enumerate(present):
                 k = manifest["benchmarks"][bench]["ks"][0]
@@ -239,7 +239,7 @@ def out_of_domain_bars(table: pd.DataFrame, manifest: dict, published: pd.DataFr
                     continue
                 x, v = j - 0.4 + width * (i + 0.5), r.iloc[0]
                 label = manifest["methods"][method]["label"] if j == 0 else None
-                ax.bar(x, v["pass_at_k"], width, color=colormap("tab20")(i % 20), label=label,
+                ax.bar(x, v["pass_at_k"], width, color=tab20(i % 20), label=label,
                        yerr=[[v["pass_at_k"] - v["ci_low"]], [v["ci_high"] - v["pass_at_k"]]], capsize=2)
                 paper = published_value(published, manifest, model, method, bench, k)
                 if not math.isnan(paper):

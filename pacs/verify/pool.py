@@ -127,7 +127,7 @@ class VerifierPool:
         # Workers fork from a server that has math-verify imported already: a replacement is cheap.
         self._ctx.set_forkserver_preload(["math_verify", "pacs.verify.scoring"])
         self.workers = workers
-        self._workers: list[_Worker] = []  # started by the first call that sends them work (``_started``)
+        self._workers: list[_Worker] = []  # started by the first call that sends them work
         self.restarts = 0  # workers killed or lost and replaced
         self.unique_scored = 0  # distinct (gold, answer) pairs sent to workers
         self.item_seconds: list[float] = []  # the last call's distinct pairs: each one's seconds in its worker
@@ -164,10 +164,6 @@ class VerifierPool:
         self.unique_scored += len(unique)
         return [verdicts[index[pair]] for pair in pairs]
 
-    def _started(self) -> None:
-        if not self._workers:
-            self._workers = [_Worker(self._ctx, self.config, self.code) for _ in range(self.workers)]
-
     def _replace(self, w: _Worker) -> None:
         w.kill()
         self.restarts += 1
@@ -180,8 +176,8 @@ class VerifierPool:
     def _score_unique(self, items: list[tuple[str, str, str]]) -> list[Verdict | CodeVerdict]:
         results: list[Verdict | None] = [None] * len(items)
         self.item_seconds = [0.0] * len(items)
-        if items:
-            self._started()
+        if items and not self._workers:  # the first call with work starts them
+            self._workers = [_Worker(self._ctx, self.config, self.code) for _ in range(self.workers)]
         pending = deque(range(len(items)))
         # items one worker may hold: a program only when it holds none (no program queues behind a slow one);
         # math answers a few ahead, so that the worker never waits for the parent
