@@ -17,13 +17,10 @@ engine, a model build whose held-out accuracy starts at 0.475): over the 8 runs,
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
-from helpers import threads
+from helpers import pacs_forked
 
 from pacs.bench.train import VARIANTS, bench_config
 
@@ -50,10 +47,8 @@ def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path,
     config.write_text(
         yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0, engine=engine))
     )
-    env = {**os.environ, "OMP_NUM_THREADS": threads()}
     out = tmp_path / run
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    result = pacs_forked(["train", "--config", str(config), "--out", str(out)])  # at one thread, as in CI
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)
     accuracy = {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import read_wandb_run, run_until_killed, start_paused, threads, wandb_runs
+from helpers import pacs_forked, read_wandb_run, run_until_killed, start_paused, threads, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,11 +33,13 @@ STEP_KEYS = {
 
 
 def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
-    """`python -m pacs.train` in a subprocess; optionally SIGKILLed once metrics.jsonl shows ``kill_after_step``."""
-    env = {**os.environ, "OMP_NUM_THREADS": threads()}
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
+    """`pacs train` in a process forked from this test's (``helpers.pacs_forked``); or, to be SIGKILLed once
+    metrics.jsonl shows ``kill_after_step``, `python -m pacs.train` in a subprocess of its own, at the forked
+    process's one thread."""
     if kill_after_step is None:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        return pacs_forked(["train", "--config", str(config), "--out", str(out), *args])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
     metrics = out / "metrics.jsonl"
     run_until_killed(
         cmd, env, lambda: metrics.exists() and any(r["step"] >= kill_after_step for r in read_metrics(metrics))
