@@ -1,21 +1,18 @@
 """A fixed rollout batch and one update through the training loop's own functions, for any rank count."""
 
-import atexit
 import contextlib
-import gc
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from multiprocessing import forkserver
 from pathlib import Path
 
 import numpy as np
 import torch
+import warm_pacs
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
@@ -113,86 +110,44 @@ def join(rank: int, world: int, port: int) -> DistEnv:
     return init_distributed(rank, world, int(os.environ["LOCAL_RANK"]))
 
 
-def spawn_ranks(worker: Callable, args: tuple, ranks: int = 2) -> None:
-    """``worker(rank, *args)`` on ``ranks`` processes, as ``torch.multiprocessing.spawn`` starts them and waits for
-    them. On a CPU they are forked from this test's process, which has imported torch, transformers and pacs already
-    (a spawned interpreter imports them again: about 4 CPU seconds a rank); each forgets the test process's exit
-    handlers first. Where CUDA is, spawned: a CUDA context does not survive a fork."""
-    import torch.multiprocessing as mp
+def warm_ranks(argv: list[str], ranks: int, log: Path, patch: str = "", timeout_s: float = 900) -> list[int]:
+    """``pacs ARGV`` on ``ranks`` ranks of one node, each with torchrun's environment, forked by the warm server
+    (``warm_pacs``) rather than started by torchrun, for a run whose launcher is not what is tested; ``patch`` run
+    first, rank r's output in ``log``.rank{r}. Waited for as torchrun waits for its ranks: once one exits with an
+    error the others get a SIGTERM, and a SIGKILL 10 s later (a rank blocked in a collective never runs its
+    handler). Their exit codes."""
+    from pacs.train.launch import free_port
 
-    method = "spawn" if torch.cuda.is_available() else "fork"
-    gc.freeze()  # the forked ranks' collections leave the test process's objects alone (and their pages shared)
-    try:
-        mp.start_processes(_forked_rank, args=(worker, *args), nprocs=ranks, join=True,
-                           start_method=method)  # fmt: skip
-    finally:
-        gc.unfreeze()
-
-
-def fork_ranks(worker: Callable, args: tuple, ranks: int, timeout_s: float = 900) -> list[int]:
-    """``worker(rank, *args)`` on ``ranks`` processes forked from this test's process (on a CPU: see
-    ``spawn_ranks``), waited for as torchrun waits for its ranks: once one exits with an error the others get a
-    SIGTERM, and a SIGKILL 10 s later (a rank blocked in a collective never runs its handler). Their exit codes."""
-    import multiprocessing
-
-    gc.freeze()
-    try:
-        fork = multiprocessing.get_context("fork")
-        processes = [fork.Process(target=_forked_rank, args=(r, worker, *args)) for r in range(ranks)]
-        for process in processes:
-            process.start()
-    finally:
-        gc.unfreeze()
+    server, port = warm_pacs.shared(), free_port()
+    processes = []
+    for rank in range(ranks):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1", warm_pacs.PATCH: patch}  # fmt: skip
+        with open(f"{log}.rank{rank}", "w") as out:
+            processes.append(subprocess.Popen([server.pacs, *argv], env=env, stdout=out, stderr=subprocess.STDOUT))
     deadline, stopping = time.monotonic() + timeout_s, None
-    while any(p.exitcode is None for p in processes):
-        failed = any(p.exitcode not in (None, 0) for p in processes)
+    while any(p.poll() is None for p in processes):
+        failed = any(p.returncode not in (None, 0) for p in processes)
         if (failed or time.monotonic() > deadline) and stopping is None:
             stopping = time.monotonic()
             for p in processes:
-                if p.exitcode is None:
+                if p.poll() is None:
                     p.terminate()
         if stopping is not None and time.monotonic() > stopping + 10:
             for p in processes:
-                if p.exitcode is None:
+                if p.poll() is None:
                     p.kill()
         time.sleep(0.1)
-    return [p.exitcode for p in processes]
+    return [p.returncode for p in processes]
 
 
-def pacs_forked(argv: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess:
-    """``python -m pacs.cli ARGV`` (to its end, ``pacs.collector.leave``) in a process forked from this test's
-    (``fork_ranks``), for a run whose start is not what is tested: its exit code and output as ``subprocess.run``
-    gives them."""
-    with tempfile.TemporaryDirectory() as directory:
-        stdout, stderr = Path(directory) / "stdout", Path(directory) / "stderr"
-        (code,) = fork_ranks(pacs_process, (argv, stdout, stderr), 1, timeout_s)
-        return subprocess.CompletedProcess(["pacs", *argv], code, stdout.read_text(), stderr.read_text())
-
-
-def pacs_process(rank: int, argv: list[str], stdout: Path, stderr: Path, patch: str = "") -> None:
-    """A forked process's ``pacs ARGV``: its output into ``stdout`` and ``stderr`` (the same file or two),
-    ``patch`` run first."""
-    for fd, path, name in ((1, stdout, "stdout"), (2, stderr, "stderr")):
-        stream = open(path, "a", buffering=1)  # noqa: SIM115 (the process's output, to its end)
-        os.dup2(stream.fileno(), fd)
-        setattr(sys, name, stream)
-    os.environ["OMP_NUM_THREADS"] = "1"  # as _forked_rank set torch's threads
-    exec(patch, {})
-    from pacs.cli import main
-
-    leave(main(argv))
-
-
-def _forked_rank(rank: int, worker: Callable, *args) -> None:
-    """A rank forked from the test's process, before ``worker`` runs: what it must not share with that process."""
-    atexit._clear()  # the test process's own (pytest's), which a forked rank's ``leave`` would run
-    # one thread, as torch's forked DataLoader workers set it: OpenMP's pool, if the test process had started one,
-    # is not in the fork, and a parallel region of more than one thread would wait for it
-    torch.set_num_threads(1)
-    # the test process's forkserver (a verifier pool's) is not this process's child: the rank starts its own
-    server = forkserver._forkserver
-    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-    worker(rank, *args)
+def pacs_warm(argv: list[str], patch: str = "", timeout_s: float = 900) -> subprocess.CompletedProcess:
+    """``pacs ARGV`` forked by the warm server (``warm_pacs``), ``patch`` run first, for a run whose start is not
+    what is tested: as ``subprocess.run`` of the `pacs` command gives it. At one thread (OMP_NUM_THREADS=1),
+    which a process it is compared with bitwise must run at."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", warm_pacs.PATCH: patch}
+    return subprocess.run([warm_pacs.shared().pacs, *argv], env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def leave_group() -> None:
@@ -341,9 +296,11 @@ def check_gathered_generation(model_path, out: Path) -> None:
     FSDP unit once and issues no other collective, however many tokens it decodes; ranks sampling different
     prompts to different lengths, one with no prompt at all, neither hang nor sample other tokens than the
     whole model; the policy is sharded again afterwards."""
+    import torch.multiprocessing as mp
+
     from pacs.train.launch import free_port
 
-    spawn_ranks(fsdp_generate_worker, (2, free_port(), model_path, out))
+    mp.spawn(fsdp_generate_worker, args=(2, free_port(), model_path, out), nprocs=2, join=True)
     for rank in (0, 1):
         result = torch.load(f"{out}.{rank}", weights_only=False)
         units = result["units"]

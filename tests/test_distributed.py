@@ -3,7 +3,8 @@ FSDP holds a fraction of the training state on each rank."""
 
 import pytest
 import torch
-from helpers import check_gathered_generation, ddp_worker, fixed_batch, one_update, spawn_ranks
+import torch.multiprocessing as mp
+from helpers import check_gathered_generation, ddp_worker, fixed_batch, one_update
 
 from pacs.train.distributed import DistEnv
 from pacs.train.launch import free_port
@@ -18,7 +19,7 @@ def test_two_ranks_update_like_one(raw_tiny_model, toy_data, tmp_path):
     out, batch_file = tmp_path / "rank0.pt", tmp_path / "batch.pt"
     batch = fixed_batch(raw_tiny_model, toy_data)
     torch.save(batch, batch_file)
-    spawn_ranks(ddp_worker, (2, free_port(), raw_tiny_model, batch_file, OBJECTIVES, out))
+    mp.spawn(ddp_worker, args=(2, free_port(), raw_tiny_model, batch_file, OBJECTIVES, out), nprocs=2, join=True)
     results = torch.load(out, weights_only=False)
     assert list(results) == list(OBJECTIVES)
     for algorithm, options in OBJECTIVES.items():

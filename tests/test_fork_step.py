@@ -14,8 +14,9 @@ micro-batch, must give every step that gradient, whatever its own micro-batches,
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 import torch.nn.functional as F
-from helpers import N, ragged_batch, spawn_ranks, trainer_update, trainer_update_worker
+from helpers import N, ragged_batch, trainer_update, trainer_update_worker
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from pacs.train.distributed import DistEnv
@@ -281,7 +282,7 @@ def test_two_ranks_step_as_the_fork(fork, raw_tiny_model, tmp_path):
             checks[name] = (algorithm, clip, critic_clip)
     batch_file, out = tmp_path / "batch.pt", tmp_path / "results.pt"
     torch.save(batch, batch_file)
-    spawn_ranks(trainer_update_worker, (2, free_port(), raw_tiny_model, batch_file, runs, out))
+    mp.spawn(trainer_update_worker, args=(2, free_port(), raw_tiny_model, batch_file, runs, out), nprocs=2, join=True)
     results = torch.load(out, weights_only=False)
     for name, (algorithm, clip, critic_clip) in checks.items():
         initial, grads = forks[algorithm]

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import descendants, fork_ranks, pacs_process, run_until_killed
+from helpers import descendants, run_until_killed, warm_ranks
 from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, rewards
 from transformers import AutoModelForCausalLM
 
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import token_logprobs
-from pacs.train.launch import free_port
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.segments import EXIT_STOPPED
 
@@ -51,22 +50,13 @@ def environ() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
 
 
-def train_rank(rank: int, world: int, port: int, patch: str, config: Path, out: Path) -> None:
-    """One rank of ``pacs train`` as torchrun starts it (its environment), ``patch`` applied first, its output in
-    ``out``.rank{rank}.log: a rank ``fork_ranks`` starts."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-    log = Path(f"{out}.rank{rank}.log")
-    pacs_process(rank, ["train", "--config", str(config), "--out", str(out)], log, log, patch)
-
-
 def train(config: Path, out: Path, patch: str = "", ranks: int = 2) -> tuple[list[int], str]:
-    """``pacs train`` on ``ranks`` ranks forked from this test's process rather than started by torchrun, for a
-    run whose launcher is not what is tested (each rank starts without importing torch, transformers and pacs
-    again: about 11 CPU seconds a job), each applying ``patch`` first: the ranks' exit codes and their output."""
+    """``pacs train`` on ``ranks`` ranks forked by the warm server rather than started by torchrun, for a run
+    whose launcher is not what is tested (``helpers.warm_ranks``), each applying ``patch`` first: the ranks'
+    exit codes and their output."""
     out.mkdir(parents=True, exist_ok=True)
-    codes = fork_ranks(train_rank, (ranks, free_port(), patch, config, out), ranks)
-    return codes, "".join(Path(f"{out}.rank{rank}.log").read_text() for rank in range(ranks))
+    codes = warm_ranks(["train", "--config", str(config), "--out", str(out)], ranks, out, patch)
+    return codes, "".join(Path(f"{out}.rank{rank}").read_text() for rank in range(ranks))
 
 
 def assert_sampled_by_the_update_before(root: Path, start: Path, steps: int, ranks: int, tolerance: float) -> None:

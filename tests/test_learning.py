@@ -20,7 +20,7 @@ import json
 
 import pytest
 import yaml
-from helpers import pacs_forked
+from helpers import pacs_warm
 
 from pacs.bench.train import VARIANTS, bench_config
 
@@ -48,7 +48,7 @@ def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path,
         yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0, engine=engine))
     )
     out = tmp_path / run
-    result = pacs_forked(["train", "--config", str(config), "--out", str(out)])  # at one thread, as in CI
+    result = pacs_warm(["train", "--config", str(config), "--out", str(out)])  # at one thread, as in CI
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)
     accuracy = {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import threads
 from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, rewards, run_cli
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -212,7 +211,7 @@ def test_two_steps_off_stopped_by_sigterm_resumes_bitwise(tiny_model, toy_data, 
     records = read_metrics(whole / "metrics.jsonl")[1:]
     assert [r["rollout/weights_step"] for r in records] == [0, 0, 0, 1, 2, 3]
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
-    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": threads()}, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
         assert process.poll() is None, "the run ended before its first step was logged"

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import pacs_forked, read_wandb_run, run_until_killed, start_paused, threads, wandb_runs
+from helpers import pacs_warm, read_wandb_run, run_until_killed, start_paused, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,11 +33,10 @@ STEP_KEYS = {
 
 
 def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
-    """`pacs train` in a process forked from this test's (``helpers.pacs_forked``); or, to be SIGKILLed once
-    metrics.jsonl shows ``kill_after_step``, `python -m pacs.train` in a subprocess of its own, at the forked
-    process's one thread."""
+    """`pacs train` forked by the warm server (``helpers.pacs_warm``); or, to be SIGKILLed once metrics.jsonl
+    shows ``kill_after_step``, `python -m pacs.train` in a subprocess of its own, at the warm runs' one thread."""
     if kill_after_step is None:
-        return pacs_forked(["train", "--config", str(config), "--out", str(out), *args])
+        return pacs_warm(["train", "--config", str(config), "--out", str(out), *args])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
     metrics = out / "metrics.jsonl"
@@ -159,7 +158,7 @@ def test_a_second_writer_into_a_live_run_is_refused_naming_it_and_the_live_run_e
     out = tmp_path / "live"
     command = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
     metrics = out / "metrics.jsonl"
-    live = start_paused(command, {**os.environ, "OMP_NUM_THREADS": threads()},
+    live = start_paused(command, {**os.environ, "OMP_NUM_THREADS": "1"},
                         lambda: metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics)))  # fmt: skip
     try:
         second = run_cli(config, out)
@@ -234,7 +233,7 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     continues and ends where an uninterrupted run does."""
     out, metrics = tmp_path / "stopped", tmp_path / "stopped" / "metrics.jsonl"
     cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
-    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": threads()}, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, text=True)
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
         assert process.poll() is None, "the run ended before its first step was logged"
         time.sleep(0.2)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import run_until_killed, threads
+from helpers import pacs_warm, run_until_killed
 from safetensors.torch import load_file
 
 from pacs.rollout import Completion
@@ -52,7 +52,13 @@ def train_command(config: Path, out: Path, patch: str = "") -> list[str]:
 
 
 def env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": threads(), "PYTHONPATH": str(TESTS)}
+    """A process of its own (killed, or not pacs): the forked runs' one thread, which it is compared with."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS)}
+
+
+def train(config: Path, out: Path, patch: str = "") -> subprocess.CompletedProcess:
+    """``pacs train``, ``patch`` applied first, forked by the warm server (``helpers.pacs_warm``)."""
+    return pacs_warm(["train", "--config", str(config), "--out", str(out)], patch)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +77,7 @@ def resumed_run(vllm_config, tmp_path_factory):
     run_until_killed(train_command(vllm_config, out), env(),
                      lambda: metrics.exists() and any(r["step"] >= 3 for r in read_metrics(out)))  # fmt: skip
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
-    done = subprocess.run(train_command(vllm_config, out), env=env(), capture_output=True, text=True, timeout=600)
+    done = train(vllm_config, out)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -79,7 +85,7 @@ def resumed_run(vllm_config, tmp_path_factory):
 @pytest.fixture(scope="module")
 def whole_run(vllm_config, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_runs") / "whole"
-    done = subprocess.run(train_command(vllm_config, out), env=env(), capture_output=True, text=True, timeout=600)
+    done = train(vllm_config, out)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -143,7 +149,7 @@ def test_pushed_weights_make_vllm_answer_as_transformers_does(resumed_run, tiny_
 
 def stopped(config: Path, out: Path, patch: str) -> str:
     """Train with ``patch`` applied; the run must stop with a StaleRolloutError: its message."""
-    done = subprocess.run(train_command(config, out, patch), env=env(), capture_output=True, text=True, timeout=600)
+    done = train(config, out, patch)
     assert done.returncode == 2, done.stderr[-3000:]
     return done.stderr.strip().splitlines()[-1]
 

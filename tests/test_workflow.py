@@ -1,7 +1,8 @@
 """The Snakemake workflow's tiny experiment end to end, run locally and through SLURM side by side, what reruns
 when its config changes, a run through SLURM in time-limited segments, and three SLURM jobs of a run whose
-teardown outlasts a job's limit (beside them all). Lint, dry runs, bad configs and a
-failing job: tests/test_workflow_dag.py."""
+teardown outlasts a job's limit (beside them all). The local run's jobs are forked from a warm process
+(tests/warm_pacs.py); SLURM's are its own. Lint, dry runs, bad configs and a failing job:
+tests/test_workflow_dag.py."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import warm_pacs
 import yaml
 from conftest import write_run_config
 from helpers import read_wandb_run, threads, wandb_runs, wandb_table
@@ -172,7 +174,14 @@ def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> l
 
 
 @pytest.fixture(scope="module")
-def experiments(shared_data, cluster, toy_data, tiny_model, tmp_path_factory):
+def warm():
+    """The local run's `pacs` (``warm_pacs``): each job forked from one process that has imported torch,
+    transformers, wandb and pacs, rather than an interpreter importing them again."""
+    return warm_pacs.shared()
+
+
+@pytest.fixture(scope="module")
+def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_factory):
     """The tiny experiment run locally (`snakemake --cores 2`) and its slice through SLURM (`snakemake
     --profile slurm all`, where a cluster is up), started side by side: the SLURM run mostly waits on its
     jobs and on the plugin's polling. The local run starts from the session's toy data and warm-started tiny
@@ -184,7 +193,8 @@ def experiments(shared_data, cluster, toy_data, tiny_model, tmp_path_factory):
     real_overlay(workdir)
     overlay(workdir / "local.yaml", merged(SHORT, {"data": {"source": "local", "local_dir": str(shared_data)}}))
     command = snakemake_command(workdir, "--cores", "2", "--configfile", *configfiles(workdir))
-    started["local"] = (workdir, Started(command, workdir.parent / "workflow_local", venv_env(), 3600))
+    env = {**warm.environ(), "PATH": f"{warm.bin}{os.pathsep}{venv_env()['PATH']}"}
+    started["local"] = (workdir, Started(command, workdir.parent / "workflow_local", env, 3600))
     if not cluster:
         # `snakemake --profile slurm` as the README sets it up: the bare name resolves through
         # ~/.config/snakemake/slurm (here XDG_CONFIG_HOME) to workflow/profiles/slurm
@@ -234,6 +244,21 @@ def configfiles(workdir: Path, *extra: dict) -> list[str]:
     overlay local.yaml: data from local files, SHORT), then ``extra``."""
     files = [TINY[0], str(workdir / "real.yaml"), VLLM, str(workdir / "local.yaml")]
     return files + [overlay(workdir / f"extra{i}.yaml", e) for i, e in enumerate(extra)]
+
+
+def test_a_warm_pacs_is_the_pacs_command(warm, tmp_path):
+    """The local run's `pacs` (a job forked from the warm server) answers as the `pacs` command: the same output
+    and exit code."""
+    real, before = Path(sys.executable).parent / "pacs", warm.jobs()
+    for argv in (["plan", "--help"], ["plan", "missing.yaml"], ["no-such-verb"]):
+        runs = [subprocess.run([pacs, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                               env=warm.environ()) for pacs in ("pacs", real)]  # fmt: skip
+        assert [(r.returncode, r.stdout, r.stderr) for r in runs[:1]] == [(r.returncode, r.stdout, r.stderr)
+                                                                          for r in runs[1:]], argv  # fmt: skip
+    assert runs[0].returncode == 2
+    assert str(warm.bin) in subprocess.run(["sh", "-c", "command -v pacs"], env=warm.environ(), capture_output=True,
+                                           text=True).stdout  # fmt: skip
+    assert warm.jobs() == before + 3  # the server forked them (not the real command, run where it is not reached)
 
 
 @pytest.mark.slow
