@@ -433,7 +433,9 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
         spec = {
             "steps": steps,
             "memory": {"limit": cal.memory_bytes, "device": cal.gpu, "plan": job.peak_bytes,
-                       **{phase: job.memory[phase] for phase in PHASES}},  # fmt: skip
+                       **{phase: job.memory[phase] for phase in PHASES},
+                       "sizes": {"max_tokens_per_micro_batch": job.fit.tokens, "checkpoint_layers": job.fit.layers}
+                       if job.auto else None},  # fmt: skip
             "eval": heaviest and {"benchmark": heaviest, "data": data_file(config, heaviest),
                                   "settings": settings[heaviest]},  # fmt: skip
         }

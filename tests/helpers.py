@@ -32,6 +32,7 @@ from pacs.train.minibatch import forward_pass, update
 from pacs.train.models import load_models
 from pacs.train.packing import fixed_plan
 from pacs.train.rollouts import hf_engine, rank_share
+from pacs.train.sizes import resolve_sizes
 
 N = 4
 
@@ -198,13 +199,14 @@ def ragged_batch(model_path, data_dir, lengths: list[int], prompts: int = 8, see
 
 
 def trainer_update(model_path, batch, run: dict, env: DistEnv) -> dict:
-    """One step's critic and actor updates through the trainer's own functions (``load_models``, ``score_batch``,
-    ``prepare_whole_batch``, ``update_models``) on this rank's share of ``batch`` (rollouts with rewards), ``run``
-    the run config's sections: every model's weights before and after, the gradient each optimizer step took
-    (after clipping, full tensors) and the step's metrics."""
+    """One step's critic and actor updates through the trainer's own functions (``resolve_sizes``, ``load_models``,
+    ``score_batch``, ``prepare_whole_batch``, ``update_models``) on this rank's share of ``batch`` (rollouts with
+    rewards), ``run`` the run config's sections: every model's weights before and after, the gradient each optimizer
+    step took (after clipping, full tensors), the step's metrics and the sizes resolved from ``auto``."""
     config = resolve({**run, "model": {"path": str(model_path)}, "data": {"train_files": ["unused.parquet"]}})
     objective, options, n = get_objective(config.algorithm.name), objective_config(config), config.rollout.n
     needs = objective.needs(options)
+    config, sizes = resolve_sizes(config, env, "ref_logprobs" in needs, objective.value_loss is not None)
     models = load_models(config, objective, needs, None, env)
     prompts = rank_share(np.arange(batch["rewards"].shape[0] // n), config.trainer.mini_batch_size, env)
     local = {k: v[torch.from_numpy(prompts[:, None] * n + np.arange(n)).flatten()] for k, v in batch.items()}
@@ -216,7 +218,7 @@ def trainer_update(model_path, batch, run: dict, env: DistEnv) -> dict:
     def weights() -> dict:  # copies: one process's full tensors are the parameters themselves
         return {k: {name: v.detach().clone() for name, v in full_tensors(m)} for k, (m, _) in trained.items()}
 
-    out = {"initial": weights(), "grads": {k: [] for k in trained}}
+    out = {"initial": weights(), "grads": {k: [] for k in trained}, "sizes": sizes}
 
     def recording(name, model, step):
         def recorded(*args, **kwargs):

@@ -32,6 +32,9 @@ LAYOUTS = {  # this run's micro-batches on one rank
     "micro 1": {"micro_batch_size": 1},
     "micro 2": {"micro_batch_size": 2},
     "tokens": {"micro_batch_size": 1, "max_tokens_per_micro_batch": 300},
+    # the budget the memory plan fits in a made-up 0.15 GB (pacs.train.sizes): more than one group at the maximum
+    # lengths (4 × (512 + 12) tokens), less than the mini-batch
+    "tokens auto": {"micro_batch_size": 1, "max_tokens_per_micro_batch": "auto", "memory_limit_gb": 0.15},
     "micro 2 padded": {"micro_batch_size": 2, "pack_sequences": False, "share_prompt": False},
 }
 
@@ -256,8 +259,8 @@ def check_step(result: dict, initial: dict, grads: dict, clip: float | None, cri
 
 @pytest.mark.parametrize("algorithm", OBJECTIVES)
 def test_one_rank_steps_as_the_fork_at_any_micro_batch(fork, raw_tiny_model, algorithm):
-    """Micro-batches of 1 and 2 prompts (4 and 8 responses; packed, and padded rows) and a token budget, clip
-    binding and not: the fork's
+    """Micro-batches of 1 and 2 prompts (4 and 8 responses; packed, and padded rows), a token budget and the
+    budget resolved from auto for a made-up device, clip binding and not: the fork's
     gradient (its micro-batch of 8 responses over the mini-batch's 32, a quarter of the whole mini-batch's sum for
     GRPO and PPO; the mini-batch's mean for PACS), clipped as the fork clips, stepped as its AdamW steps."""
     batch, forks = fork
@@ -267,6 +270,8 @@ def test_one_rank_steps_as_the_fork_at_any_micro_batch(fork, raw_tiny_model, alg
         for layout, trainer in LAYOUTS.items():
             result = trainer_update(raw_tiny_model, batch, run_config(algorithm, clip, critic_clip, **trainer),
                                     DistEnv())  # fmt: skip
+            if trainer.get("max_tokens_per_micro_batch") == "auto":
+                assert 4 * 524 < result["sizes"]["max_tokens_per_micro_batch"] < 8 * 4 * 524, result["sizes"]
             check_step(result, initial, grads, clip, critic_clip, f"{algorithm} {layout} binding={binding}")
 
 

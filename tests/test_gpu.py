@@ -122,6 +122,34 @@ def test_one_process_on_cuda_killed_and_resumed_ends_where_an_uninterrupted_run_
     assert ON_CPU or all(r["memory/peak_gpu_gb"] > 0 for r in read_metrics(whole)[1:])  # it ran on the GPU
 
 
+@pytest.mark.skipif(not CUDA, reason="needs CUDA: the device's memory")
+def test_auto_sizes_resolve_for_the_gpu_s_memory(qwen_shaped, toy_data, tmp_path):
+    """``trainer.max_tokens_per_micro_batch`` and ``trainer.checkpoint_layers`` auto on CUDA: resolved for the
+    device's total memory (as the plan lists GPUs), to what ``pacs.plan.fit`` fits there for the model's shape."""
+    from transformers import AutoConfig
+
+    from pacs.algorithms.objectives import get_objective
+    from pacs.config import to_dict
+    from pacs.plan.calibration import Calibration
+    from pacs.plan.fit import fit_sizes
+    from pacs.train.config import load_run_config, objective_config
+    from pacs.train.distributed import DistEnv
+    from pacs.train.sizes import resolve_sizes
+
+    trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
+               "max_tokens_per_micro_batch": "auto", "checkpoint_layers": "auto"}  # fmt: skip
+    config = load_run_config(write_run_config(tmp_path / "run.yaml", qwen_shaped, toy_data, trainer=trainer,
+                                              rollout={"n": 8, "max_response_length": 4096}))  # fmt: skip
+    needs = get_objective("pacs").needs(objective_config(config))
+    resolved, sizes = resolve_sizes(config, DistEnv(0, 1, "cuda:0"), "ref_logprobs" in needs, False)
+    memory = torch.cuda.get_device_properties(0).total_memory
+    cal = Calibration()
+    _, fit = fit_sizes(AutoConfig.from_pretrained(qwen_shaped), to_dict(config), 1, 1, "ref_logprobs" in needs, False,
+                       memory, cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+    assert sizes["memory_bytes"] == memory and fit.fits
+    assert (resolved.trainer.max_tokens_per_micro_batch, resolved.trainer.checkpoint_layers) == (fit.tokens, fit.layers)
+
+
 def test_evaluate_with_transformers_on_cuda_in_bf16(tiny_model, toy_data, tmp_path):
     from pacs.cli import main
 
@@ -323,9 +351,10 @@ def test_autotuned_flex_attention_gives_the_untuned_kernels_log_probs_and_gradie
 
 FAMILIES = {"qwen2", "qwen3"}
 # each variant's trainer keys over bf16 compute on FSDP2 with activation checkpointing; "fp32" the same run in
-# float32, the exact reference bf16's rounding is measured against
-VARIANTS = {"fp32": {"compute_dtype": "float32"}, "bf16": {}, "liger": {"liger_kernels": True},
-            "compile": {"compile": True}}  # fmt: skip
+# float32, the exact reference bf16's rounding is measured against. Liger is named off where it is not the variant
+# (its default on CUDA is on for these families); compile leaves it off itself
+VARIANTS = {"fp32": {"compute_dtype": "float32", "liger_kernels": False}, "bf16": {"liger_kernels": False},
+            "liger": {"liger_kernels": True}, "compile": {"compile": True}}  # fmt: skip
 
 
 def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict:

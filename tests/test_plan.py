@@ -250,7 +250,7 @@ def test_the_paper_plan_under_a_time_limit_and_a_disk_quota(tmp_path, capsys):
     cal = plan.calibration
     checkpoint_s = sum(ppo.checkpoint.values()) / cal.checkpoint_bytes_per_s
     usable = 2880 * 60 - cal.startup_s - 1.5 * checkpoint_s
-    assert plan.segments(ppo.name) == -(-((ppo.seconds - cal.startup_s) * 1.5) // usable) == 4  # 120 h, × 1.5
+    assert plan.segments(ppo.name) == -(-((ppo.seconds - cal.startup_s) * 1.5) // usable) == 3  # 92 h, × 1.5
     assert plan.runtime_minutes(ppo.name) == 2880 and plan.runtime_minutes(grpo.name) == 2880
     assert ppo.seconds_longest > 1.9 * ppo.seconds  # every response at 4,096 tokens, not the assumed mean 2,048
     full, policy = sum(grpo.checkpoint.values()), grpo.checkpoint["policy"]
@@ -274,32 +274,50 @@ def test_plan_settings_are_checked():
         experiment.plan(config)
 
 
-def test_pacs_bench_gpu_writes_a_calibration_that_the_plan_reads(tmp_path, capsys):
-    """The GPU bench's code on the CPU (FSDP2 over a group of one, bf16 compute, checkpointing, chunked
-    log-probs; transformers generation): its file sets the plan's constants. It says what it measures as it
-    goes and writes the file after each measurement, so a bench stopped midway (here by a shape it does not
-    know) leaves what it measured. Without CUDA and without --allow-cpu it refuses."""
+def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_limit(tmp_path, capsys):
+    """The calibration command's mechanics on the CPU: updates as the paper configs train (FSDP2 over a group of
+    one, bf16 compute, checkpointing, micro-batches sized by memory: ``auto``) of a tiny shape and a slice of a
+    wider one (at most the layers the memory plan fits), then the memory bandwidth and transformers' generation.
+    It says each part as it goes, writes the file after each and a table beside it; the plan prices each model at
+    the nearest measured width. A part past its time limit is recorded as such; an unknown shape fails before any
+    part runs; without CUDA and without --allow-cpu it refuses."""
+    from pacs.bench.gpu import update_part, update_run
+
     out = tmp_path / "gpu.json"
-    args = ["bench", "gpu", "--shapes", "tiny", "qwen9-nope", "--rows", "2", "--prompt-length", "16",
-            "--response-length", "48", "--steps", "2", "--generate-batch", "4", "--new-tokens", "8",
-            "--peak-flops", "1e12", "--out", str(out)]  # fmt: skip
+    args = ["bench", "gpu", "--shapes", "tiny", "--slice", "qwen2.5-0.5b", "--set", "num_hidden_layers=2",
+            "vocab_size=512", "--rows", "4", "--group-size", "2", "--prompt-length", "16", "--response-length", "48",
+            "--steps", "2", "--generate-batch", "4", "--new-tokens", "8", "--peak-flops", "1e12",
+            "--out", str(out)]  # fmt: skip
     if not torch.cuda.is_available():
         assert main(args) == 2 and "CUDA" in capsys.readouterr().err and not out.exists()
-    assert main([*args, "--allow-cpu"]) == 2
-    said = capsys.readouterr()
-    assert "qwen9-nope" in said.err
-    assert re.search(r"tiny: 2 update steps.*\ntiny: update \d+ tokens/s.*\ntiny: transformers generate, 4 sequences"
-                     r".*\ntiny: transformers generate \d+ tokens/s", said.out), said.out  # fmt: skip
+    assert main([*args[:2], "--shapes", "qwen9-nope", *args[3:], "--allow-cpu"]) == 2
+    assert "qwen9-nope" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--allow-cpu"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"3 parts, each under 70 s: updates of tiny, qwen2.5-0.5b \(2 layers\), no liger", said), said
+    assert re.search(r"tiny no liger: 2 updates of 4 rows.*\ntiny no liger: \d+ tokens/s, MFU [\d.]+, 1 micro-batch"
+                     r".*\nqwen2.5-0.5b \(2 layers\) no liger: 2 updates", said), said  # fmt: skip
+    assert re.search(r"memory bandwidth: \d+ GB/s\ntiny: transformers generate, 4 sequences", said), said
     data = json.loads(out.read_text())
-    assert [u["shape"] for u in data["measured"]["updates"]] == ["tiny"]
-    update = data["measured"]["updates"][0]
-    assert update["strategy"] == "fsdp" and update["trainer"]["compute_dtype"] == "bfloat16"
-    assert update["planned"]["gathered"] > 0 and 0 < data["train_mfu"] == update["train_mfu"]
+    updates = data["measured"]["updates"]
+    assert [(u["shape"], u["slice"], u["hidden_size"]) for u in updates] == [("tiny", None, 128),
+                                                                              ("qwen2.5-0.5b", 2, 896)]  # fmt: skip
+    for u in updates:
+        assert u["strategy"] == "fsdp" and u["trainer"]["compute_dtype"] == "bfloat16" and u["planned"]["gathered"] > 0
+        assert u["trainer"]["max_tokens_per_micro_batch"] == "auto" and u["sizes"]["max_tokens_per_micro_batch"] > 0
+    assert data["train_mfu_by_width"] == {"128": updates[0]["mfu"], "896": updates[1]["mfu"]}
+    assert data["train_mfu"] == updates[0]["mfu"] and data["hbm_bytes_per_s"] > 0
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
-    assert re.search(r"memory bandwidth: \d+ GB/s", said.out) and data["hbm_bytes_per_s"] > 0
+    assert "| qwen2.5-0.5b | 2 | no liger |" in out.with_suffix(".md").read_text()
     plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
-    assert plan.calibration.train_mfu == data["train_mfu"] and plan.calibration.peak_flops == 1e12
-    assert plan.calibration.hbm_bytes_per_s == data["hbm_bytes_per_s"] and plan.calibration.max_num_seqs == 256
+    cal = plan.calibration
+    assert cal.train_mfu_by_width == data["train_mfu_by_width"] and cal.peak_flops == 1e12
+    assert cal.mfu_at(128) == cal.mfu_at(500) == updates[0]["mfu"] and cal.mfu_at(600) == updates[1]["mfu"]
+    assert cal.hbm_bytes_per_s == data["hbm_bytes_per_s"] and cal.max_num_seqs == 256
+    assert f"train MFU {updates[0]['mfu']:.3f} at width 128, {updates[1]['mfu']:.3f} at width 896" in format_plan(plan)
+    run = update_run(4, 2, 16, 48, {"strategy": "fsdp", "compute_dtype": "bfloat16"})
+    late = update_part("tiny", {}, run["trainer"], run, 2, 1e12, 0.01, False)
+    assert late == {"shape": "tiny", "hidden_size": 128, "error": "timed out after 0 s"}
 
 
 def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatch):
@@ -343,12 +361,16 @@ def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatc
     assert experiment.preflight_specs(lr, experiment.run_configs(lr), estimated)[shape]["key"] == pacs["key"]
 
 
-def test_the_plan_names_the_fewest_layers_that_must_recompute_and_training_recomputes_only_those():
-    """The paper config's 7B PACS run: with the plan's fewest recomputing layers the update fits its GPU and
-    with one fewer it does not; a model spread with trainer.checkpoint_layers recomputes only its first K
-    layers, and its gradients are those of recomputing every layer."""
+def test_auto_sizes_are_the_fewest_recomputing_layers_then_the_largest_budget_the_memory_plan_fits():
+    """The paper config's 7B runs (both keys auto) on made-up devices: the layers are the fewest with which one
+    longest group fits (one fewer does not), the budget the largest from that group in steps of ``STEP`` that
+    fits with them (a step more does not), or the mini-batch's share; each key alone, the other fixed; a device
+    too small for one group is said not to fit, and the plan errs for it. The plan's job is the resolution
+    on the plan's GPU and its memory the resolved run's. A model spread with trainer.checkpoint_layers recomputes
+    only its first K layers, and its gradients are those of recomputing every layer."""
     from transformers import AutoModelForCausalLM
 
+    from pacs.plan.fit import STEP, fit_sizes
     from pacs.plan.memory import training_memory
     from pacs.train.config import TrainerConfig
     from pacs.train.distributed import DistEnv
@@ -356,21 +378,54 @@ def test_the_plan_names_the_fewest_layers_that_must_recompute_and_training_recom
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     runs = experiment.run_configs(config)
-    job = next(j for j in experiment.plan(config, runs).jobs if j.name == "train/qwen2.5-7b/pacs")
-    fewest, layers = job.recompute_layers
-    assert 0 < fewest < layers
-    run, shape = runs[("qwen2.5-7b", "pacs")], model_shape(config["models"]["qwen2.5-7b"], "models.qwen2.5-7b")
-    cal = experiment.plan(config, runs).calibration
+    plan = experiment.plan(config, runs)
+    shape = model_shape(config["models"]["qwen2.5-7b"], "models.qwen2.5-7b")
+    cal, layers = plan.calibration, shape.num_hidden_layers
+    device = 75_000_000_000  # a made-up device: some layers recompute, but not all
+    for method, critic in (("pacs", False), ("ppo", True)):  # neither has a reference model
+        run, job = runs[("qwen2.5-7b", method)], plan.job(f"train/qwen2.5-7b/{method}")
+        assert run["trainer"]["max_tokens_per_micro_batch"] == run["trainer"]["checkpoint_layers"] == "auto"
 
-    def update_bytes(k: int) -> int:
-        r = {**run, "trainer": {**run["trainer"], "checkpoint_layers": k}}
-        # PACS as the paper trains it: no reference model, no critic
-        memory = training_memory(shape, r, job.gpus, False, False, cal.memory_bytes, cal.vllm_overhead_bytes,
-                                 cal.overhead_bytes)  # fmt: skip
-        return sum(memory["update"].values())
+        def peak(tokens, k, memory, run=run, gpus=job.gpus, critic=critic) -> int:
+            r = {**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": tokens, "checkpoint_layers": k}}
+            planned = training_memory(shape, r, gpus, False, critic, memory, cal.vllm_overhead_bytes,
+                                      cal.overhead_bytes)  # fmt: skip
+            return max(sum(planned[p].values()) for p in ("no_grad", "update"))
 
-    assert update_bytes(fewest) <= cal.memory_bytes < update_bytes(fewest - 1)
-    assert update_bytes(layers) < update_bytes(fewest)  # every layer: the least memory
+        def fit(memory, run=run, gpus=job.gpus, critic=critic, **trainer):
+            r = {**run, "trainer": {**run["trainer"], **trainer}}
+            return fit_sizes(shape, r, gpus, gpus, False, critic, memory, cal.vllm_overhead_bytes,
+                             cal.overhead_bytes)  # fmt: skip
+
+        floor = 8 * (512 + 4096)
+        for memory in (device, cal.memory_bytes, 141e9):
+            trainer, got = fit(int(memory))
+            assert got.fits and got.floor == floor and got.cap == 256 // job.gpus * floor, (method, memory, got)
+            assert trainer["max_tokens_per_micro_batch"] == got.tokens and trainer["checkpoint_layers"] == got.layers
+            assert peak(floor, got.layers, memory) <= memory
+            assert got.layers == 0 or peak(floor, got.layers - 1, memory) > memory
+            assert floor <= got.tokens and peak(got.tokens, got.layers, memory) <= memory
+            assert got.tokens == got.cap or peak(got.tokens + STEP, got.layers, memory) > memory
+            assert (got.tokens - floor) % STEP == 0 or got.tokens == got.cap
+        _, small = fit(device)
+        assert 0 < small.layers < layers and small.tokens < small.cap  # memory, not the mini-batch, decides
+        _, budget = fit(device, checkpoint_layers=None)  # every layer recomputes: a larger budget fits
+        assert budget.tokens > small.tokens and peak(budget.tokens + STEP, None, device) > device
+        larger = small.tokens + 2 * STEP
+        _, fixed = fit(device, max_tokens_per_micro_batch=larger)  # a larger fixed budget takes more recompute
+        assert fixed.fits and fixed.tokens == larger and fixed.layers > small.layers
+        assert peak(larger, fixed.layers, device) <= device < peak(larger, fixed.layers - 1, device)
+        _, tiny = fit(int(30e9))
+        assert not tiny.fits and tiny.tokens == floor and tiny.layers == layers
+        trainer, expected = fit(cal.memory_bytes)
+        assert job.auto and job.fit == expected
+        assert job.memory["update"]["activations"] == training_memory(
+            shape, {**run, "trainer": trainer}, job.gpus, False, critic, cal.memory_bytes, cal.vllm_overhead_bytes,
+            cal.overhead_bytes)["update"]["activations"]  # fmt: skip
+    assert "Micro-batches sized by memory" in format_plan(plan) and not plan.errors
+    longer = experiment.merged(config, {"train": {"rollout": {"max_response_length": 65536}}})
+    errors = experiment.plan(longer).errors
+    assert any("train/qwen2.5-7b/pacs: the update phase needs" in e for e in errors), errors
 
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
     grads = {}

@@ -80,15 +80,22 @@ def test_a_strategy_the_ranks_cannot_run_is_an_error_naming_it():
 
 def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_tiny_model):
     """Liger's kernels and the autotuned attention are CUDA's: asked for on a CPU, an error names the key
-    (pacs train and pacs bench update spread the model through the same check). AdamW is fused on CUDA only,
-    unless optim.fused says otherwise."""
+    (pacs train and pacs bench update spread the model through the same check). Liger is on by default on CUDA
+    for Qwen2 and Qwen3 (not other families, not under compile), off on a CPU; a value set wins. AdamW is fused
+    on CUDA only, unless optim.fused says otherwise."""
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
     from pacs.train.config import OptimConfig, TrainerConfig
     from pacs.train.distributed import DistEnv
-    from pacs.train.kernels import adamw
+    from pacs.train.kernels import adamw, liger_on
     from pacs.train.models import scorer_of, spread
+
+    default, compiled = TrainerConfig(), TrainerConfig(compile=True)
+    assert [liger_on(default, "cuda:0", f) for f in ("qwen2", "qwen3", "llama")] == [True, True, False]
+    assert not liger_on(default, "cpu", "qwen2") and not liger_on(compiled, "cuda:0", "qwen2")
+    assert not liger_on(TrainerConfig(liger_kernels=False), "cuda:0", "qwen2")
+    assert liger_on(TrainerConfig(liger_kernels=True), "cuda:0", "llama")
 
     for key in ("liger_kernels", "attention_autotune"):
         trainer = from_dict(TrainerConfig, {key: True})

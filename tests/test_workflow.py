@@ -382,6 +382,12 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert pacs_preflight["logprob_gap_first_step"]["rollout/logprob_gap_max"] < 1e-4  # vLLM, checked
     assert len(pacs_preflight["steps"]) == 2 and pacs_preflight["eval"]["samples"] > 0
     assert 0 < pacs_preflight["device_peak_bytes"][0] < pacs_preflight["limit_bytes"]
+    # PACS w/o weight sizes its micro-batches by memory: on this host, a rank's whole mini-batch at the maximum
+    # lengths (32 groups of 8 × (512 + 16) tokens); the preflight reports it beside the plan's
+    sized = preflights["tiny_pacs_no_weight"]
+    assert sized["sizes"]["max_tokens_per_micro_batch"] == 32 * 8 * (512 + 16) and pacs_preflight["sizes"] is None
+    assert "trainer.max_tokens_per_micro_batch 135168" in (results / "preflight/tiny_pacs_no_weight/preflight.md"
+                                                           ).read_text()  # fmt: skip
     for shape, result in preflights.items():
         ran = [json.loads(x) for x in (tiny_run / result["run_dir"] / "metrics.jsonl").read_text().splitlines()][1:]
         assert all(r["response_length/mean"] == 16 for r in ran), shape  # rollout.max_response_length

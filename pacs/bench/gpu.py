@@ -1,25 +1,38 @@
-"""`pacs bench gpu`: the plan's constants measured on this machine's GPU, written as a calibration file.
+"""`pacs bench gpu`: the plan's constants measured on this machine's GPU in one sitting, written as a calibration
+file (``plan.calibration``).
 
-- **Training update**: one FSDP2 rank (a process group of one), bf16 compute over fp32 master weights,
-  activation checkpointing, chunked log-probs, rows packed without padding, for models built from Qwen2.5
-  shapes with random weights (``pacs.bench.update``): one group of ``rows`` responses to one 512-token prompt
-  (shared, as training shares it), response lengths from DeepScaleR's distribution up to 4,096
-  (``pacs.bench.lengths``). ``train_mfu`` is that update's FLOPs (6·N per position the decoder must see, the
-  LM head over the response tokens, attention over the keys each position reads; recompute not counted)
-  per second over the GPU's peak, from the largest shape measured; the peak memory is reported beside the
-  plan's estimate of it (``pacs.plan.memory.training_memory``), a check of the memory model on this GPU.
+Each part runs in a process of its own under its own time limit (``part_s``), so one slow part (a compile, an
+out-of-memory) is recorded as such and cannot cost the others; the file is written after each part, so a bench
+stopped midway leaves what it measured. The parts:
+
 - **Memory bandwidth**: a device-to-device copy of 1 GiB (bytes read and written per second), the
   ``hbm_bytes_per_s`` the plan's decoding roofline reads the weights and KV cache at (``pacs.plan.decode``);
   ``max_num_seqs`` as vLLM 0.32 sets it for this GPU's memory.
-- **Generation**: transformers' ``generate`` (the GPU machine may have no vLLM), a batch of random prompts,
-  sampling a fixed number of new tokens, written under ``measured`` only: transformers' generation is several
-  times slower than vLLM's and would not predict the workflow's rollouts or evaluations, so the roofline's
-  ``decode_efficiency`` stays the default.
+- **Training updates** of models built from Qwen2.5 shapes with random weights (``pacs.bench.update``), as the
+  paper configs train: one FSDP2 rank (a process group of one), bf16 compute over fp32 master weights, chunked
+  log-probs, rows packed without padding, a group's prompt shared, and micro-batches sized by memory
+  (``trainer.max_tokens_per_micro_batch`` and ``trainer.checkpoint_layers`` auto, ``pacs.plan.fit``): a
+  mini-batch of ``rows`` rows per GPU (the paper's 256 prompts × 8 responses over 64 GPUs: 32) in groups of
+  ``group_size`` to ``prompt_length``-token prompts, response lengths from DeepScaleR's distribution up to
+  ``response_length`` (``pacs.bench.lengths``), one optimizer step each. Each shape of ``shapes`` and a
+  slice of ``slice_shape`` (its width, with as many decoder layers as the memory plan fits on this GPU: the 7B
+  shape's matrices on one card), with Liger's kernels and without (on a CPU, without: they are Triton's).
+  MFU is the update's FLOPs (6·N per position the decoder must see, the LM head over the response tokens,
+  attention over the keys each position reads; recompute not counted) per second over the GPU's peak; on a
+  GPU one more step is profiled for the busy share, the GPU's compute over the step's span (below 1 the GPU
+  waited for the host). Each update's peak memory is reported beside the plan's estimate of it.
+- **Generation** (``generate_batch`` > 0): transformers' ``generate`` (the GPU machine may have no vLLM), written
+  under ``measured`` only: several times slower than vLLM's, it would not predict the workflow's rollouts or
+  evaluations, so the roofline's ``decode_efficiency`` stays the default.
 
-It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests), where the figures mean nothing for a GPU.
+The file's ``train_mfu_by_width`` holds each shape's MFU (hidden size: MFU) with the kernels a run uses by
+default (Liger on CUDA), which ``pacs plan`` reads for each model at the nearest width; ``train_mfu`` the
+largest full shape's, for any other reader. It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests),
+where the figures mean nothing for a GPU.
 """
 
 import dataclasses
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -82,78 +95,166 @@ def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
     return 2 * nbytes * repeats / (time.perf_counter() - start)
 
 
-def run_gpu_bench(shapes: list[str], overrides: dict, rows: int, prompt_length: int, response_length: int,
-                  steps: int, generate_batch: int, new_tokens: int, peak_flops: float | None,
-                  allow_cpu: bool = False, done: Callable[[dict], None] = lambda calibration: None,
-                  say: Callable[[str], None] = lambda line: None) -> dict:  # fmt: skip
-    """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give. ``say`` hears
-    each measurement begin and end; ``done`` gets the calibration of what is measured so far after each (the
-    largest shape's ``train_mfu`` yet), so that a bench stopped midway leaves what it measured."""
-    import torch
+def update_run(rows: int, group_size: int, prompt_length: int, response_length: int, trainer: dict) -> dict:
+    """The run config (as ``pacs.plan.memory`` reads it) of one rank's update of ``rows`` rows in groups."""
+    return {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
+            "trainer": {**trainer, "batch_size": rows // group_size, "mini_batch_size": rows // group_size},
+            "rollout": {"n": group_size, "max_response_length": response_length, "engine": "hf",
+                        "prompt_batch_size": 1, "vllm": {}}}  # fmt: skip
 
+
+def slice_layers(name: str, overrides: dict, run: dict, memory: int, gpus: int) -> int:
+    """The most decoder layers of shape ``name`` whose update the memory plan fits in ``memory`` (at least 1)."""
+    from pacs.models.shapes import model_config
+    from pacs.plan.fit import fit_sizes
+
+    cal = Calibration()
+    for layers in range(model_config(name, **overrides).num_hidden_layers, 0, -1):
+        shape = model_config(name, **{**overrides, "num_hidden_layers": layers})
+        if fit_sizes(shape, run, gpus, 1, False, False, memory, cal.vllm_overhead_bytes, cal.overhead_bytes)[1].fits:
+            return layers
+    return 1
+
+
+def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: int, peak: float, part_s: float,
+                cuda: bool) -> dict:  # fmt: skip
+    """One update measurement in its own process under ``part_s`` seconds (``pacs.bench.update.measure``), with
+    the plan's estimate of its peak; a failure or a timeout is recorded under ``error``."""
     from pacs.bench.update import measure
     from pacs.models.shapes import model_config
+    from pacs.plan.memory import training_memory
+
+    config, r = model_config(shape, **overrides), run["rollout"]
+    row = {"shape": shape, "hidden_size": config.hidden_size}
+    try:
+        result = measure(1, shape, overrides, trainer, run["trainer"]["mini_batch_size"] * r["n"],
+                         run["data"]["max_prompt_length"], r["max_response_length"], steps, peak, timeout_s=part_s,
+                         group_size=r["n"], lengths="deepscaler", profile=cuda)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {**row, "error": f"timed out after {part_s:.0f} s"}
+    except RuntimeError as e:  # the part's process failed: its error, and the other parts run
+        return {**row, "error": str(e)[-1000:]}
+    sized = {**run["trainer"], **{k: result["sizes"][k] for k in ("max_tokens_per_micro_batch", "checkpoint_layers")}}
+    planned = training_memory(config, {**run, "trainer": sized}, 1 if cuda else 0, False, False, 0, 0, 0)["update"]
+    return {**row, **result, "planned_update_bytes": sum(planned.values()), "planned": planned,
+            "busy_share": result.get("profile", {}).get("busy_share")}  # fmt: skip
+
+
+def part_summary(row: dict) -> str:
+    if "error" in row:
+        return f"FAILED: {row['error'].strip().splitlines()[-1] if row['error'].strip() else 'no message'}"
+    z = row["sizes"]
+    busy = f", busy {row['busy_share']:.2f}" if row["busy_share"] is not None else ""
+    return (f"{row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']:.3f}{busy}, {row['micro_batches']} micro-batch(es) "
+            f"of at most {z['max_tokens_per_micro_batch']} tokens, {z['checkpoint_layers']} layers recomputing, peak "
+            f"{row['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {row['planned_update_bytes'] / 1e9:.2f} GB)")
+
+
+def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, rows: int, group_size: int,
+                  prompt_length: int, response_length: int, steps: int, part_s: float, generate_batch: int,
+                  new_tokens: int, peak_flops: float | None, allow_cpu: bool = False,
+                  done: Callable[[dict], None] = lambda calibration: None,
+                  say: Callable[[str], None] = lambda line: None) -> dict:  # fmt: skip
+    """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give (module docstring).
+    ``say`` hears each part begin and end; ``done`` gets the calibration of what is measured so far after each."""
+    import torch
+
+    from pacs.models.shapes import model_config
     from pacs.plan.jobs import forward_flops
-    from pacs.plan.memory import dims, training_memory
+    from pacs.plan.memory import dims
 
     cuda = torch.cuda.is_available()
     if not cuda and not allow_cpu:
         raise ValueError("pacs bench gpu measures a CUDA GPU and none is visible (torch.cuda.is_available() is False)")
+    for name in [*shapes, *([slice_shape] if slice_shape else [])]:
+        model_config(name, **overrides)  # an unknown shape fails here, before any part runs
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     memory = torch.cuda.get_device_properties(0).total_memory if cuda else None
     peak = peak_flops or peak_flops_of(name)
     if peak is None:
         raise ValueError(f"the peak bf16 FLOP/s of {name!r} is not known: give --peak-flops")
-    trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
-               "logprob_chunk_size": 1024}  # fmt: skip
-    length = prompt_length + response_length
-    run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
-           "trainer": {**trainer, "max_tokens_per_micro_batch": rows * length, "batch_size": 1},
-           "rollout": {"n": 1, "max_response_length": response_length, "engine": "hf", "prompt_batch_size": 1,
-                       "vllm": {}}}  # fmt: skip
-    updates, generations = [], []
-    default = Calibration()
-    say("memory bandwidth: a device-to-device copy of " + ("1 GiB" if cuda else "64 MiB (CPU)"))
-    bandwidth = copy_bandwidth(2**30 if cuda else 2**26)
-    say(f"memory bandwidth: {bandwidth / 1e9:.0f} GB/s")
+    trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True, "checkpoint_layers":
+               "auto", "max_tokens_per_micro_batch": "auto", "logprob_chunk_size": 1024}  # fmt: skip
+    run = update_run(rows, group_size, prompt_length, response_length, trainer)
+    variants = {"liger": True, "no liger": False} if cuda else {"no liger": False}
+    default = "liger" if cuda else "no liger"  # what a run uses (trainer.liger_kernels null)
+    updates, generations, began = [], [], time.perf_counter()
+    parts = [(shape, {}) for shape in shapes]
+    if slice_shape:
+        from pacs.train.distributed import DistEnv
+        from pacs.train.sizes import device_memory
+
+        layers = slice_layers(slice_shape, overrides, run, memory or device_memory(None, DistEnv()), 1 if cuda else 0)
+        parts.append((slice_shape, {"num_hidden_layers": layers}))
+    names = [shape + (f" ({extra['num_hidden_layers']} layers)" if extra else "") for shape, extra in parts]
+    say(f"{len(parts) * len(variants) + 1} parts, each under {part_s:.0f} s: updates of {', '.join(names)}, "
+        f"{' and '.join(variants)}; then the memory bandwidth (in this process, which holds no GPU memory before)")
+    bandwidth = None
     # vLLM 0.32's LLM class: 1024 sequences at once on GPUs of 70 GB or more but the A100, 256 on others
     sequences = 1024 if (memory or 0) >= 70 * 2**30 and "A100" not in name.upper() else 256
+    fallback = Calibration()
 
     def calibration() -> dict:
-        measured = [u["shape"] for u in updates]
+        ok = [u for u in updates if "mfu" in u and u["variant"] == default]
+        full = [u for u in ok if u["slice"] is None]
         return {
             "gpu": name,
-            "memory_bytes": memory or default.memory_bytes,
+            "memory_bytes": memory or fallback.memory_bytes,
             "peak_flops": peak,
-            "train_mfu": updates[-1]["train_mfu"] if updates else default.train_mfu,
-            "hbm_bytes_per_s": bandwidth,
-            "decode_efficiency": default.decode_efficiency,
+            "train_mfu": full[-1]["mfu"] if full else fallback.train_mfu,
+            "train_mfu_by_width": {str(u["hidden_size"]): u["mfu"] for u in ok},
+            "hbm_bytes_per_s": bandwidth or fallback.hbm_bytes_per_s,
+            "decode_efficiency": fallback.decode_efficiency,
             "max_num_seqs": sequences,
-            "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train_mfu of "
-                      f"{measured[-1] if measured else 'no shape (the default)'}; measured {measured}; memory "
-                      "bandwidth of a device copy; decode_efficiency the default",
+            "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train MFU by width of "
+                      f"{[u['shape'] for u in ok] or 'no shape (the default)'} ({default}); memory bandwidth of a "
+                      f"device copy{'' if bandwidth else ' (not yet measured: the default)'}; decode_efficiency the "
+                      "default",
             "measured": {"updates": updates, "generations_transformers": generations},
         }  # fmt: skip
 
-    for shape in shapes:
-        config = model_config(shape, **overrides)
-        say(f"{shape}: {steps} update steps of {rows} rows ({prompt_length} + up to {response_length} tokens)")
-        result = measure(1, shape, overrides, trainer, rows, prompt_length, response_length, steps, peak,
-                         group_size=rows, lengths="deepscaler")  # fmt: skip
-        planned = training_memory(config, run, 1, False, False, 0, 0, 0)["update"]
-        updates.append({**result, "train_mfu": result["mfu"],
-                        "planned_update_bytes": sum(planned.values()), "planned": planned})  # fmt: skip
-        say(f"{shape}: update {result['tokens_per_s']:.0f} tokens/s, train MFU {result['mfu']:.3f}, peak "
-            f"{result['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {sum(planned.values()) / 1e9:.2f} GB)")
-        done(calibration())
-        say(f"{shape}: transformers generate, {generate_batch} sequences x {new_tokens} tokens")
-        g = generation_worker(shape, overrides, generate_batch, prompt_length, new_tokens)
-        context = prompt_length + new_tokens / 2
-        gen_flops = forward_flops(dims(config), generate_batch * (new_tokens + prompt_length), context)
-        mfu = gen_flops / g["seconds"] / peak
-        generations.append({**g, "generate_mfu": mfu})
-        say(f"{shape}: transformers generate {g['tokens_per_s']:.0f} tokens/s (MFU {mfu:.3f})")
-        done(calibration())
+    for (shape, extra), named in zip(parts, names, strict=True):
+        for variant, liger in variants.items():
+            label = f"{named} {variant}"
+            say(f"{label}: {steps} updates of {rows} rows in groups of {group_size} ({prompt_length} + up to "
+                f"{response_length} tokens), at most {part_s:.0f} s")  # fmt: skip
+            row = update_part(shape, {**overrides, **extra}, {**trainer, "liger_kernels": liger}, run, steps, peak,
+                              part_s, cuda)  # fmt: skip
+            updates.append({"slice": extra.get("num_hidden_layers"), "variant": variant, **row})
+            say(f"{label}: {part_summary(row)} [{time.perf_counter() - began:.0f} s]")
+            done(calibration())
+    say("memory bandwidth: a device-to-device copy of " + ("1 GiB" if cuda else "64 MiB (CPU)"))
+    bandwidth = copy_bandwidth(2**30 if cuda else 2**26)
+    say(f"memory bandwidth: {bandwidth / 1e9:.0f} GB/s")
+    done(calibration())
+    if generate_batch:
+        for shape in shapes:
+            say(f"{shape}: transformers generate, {generate_batch} sequences x {new_tokens} tokens")
+            config = model_config(shape, **overrides)
+            g = generation_worker(shape, overrides, generate_batch, prompt_length, new_tokens)
+            context = prompt_length + new_tokens / 2
+            gen_flops = forward_flops(dims(config), generate_batch * (new_tokens + prompt_length), context)
+            generations.append({**g, "generate_mfu": gen_flops / g["seconds"] / peak})
+            say(f"{shape}: transformers generate {g['tokens_per_s']:.0f} tokens/s")
+            done(calibration())
     result = calibration()
     assert set(result) - {"measured"} <= {f.name for f in dataclasses.fields(Calibration)}
     return result
+
+
+def format_calibration(calibration: dict) -> str:
+    """The updates of a calibration as a Markdown table, and the field's figures to read them beside."""
+    from pacs.bench.update import ANCHORS
+
+    lines = ["| shape | layers | Liger | tokens/micro-batch | recomputing | micro-batches | s/step | tokens/s/GPU | "
+             "MFU | busy | peak GB | planned GB |", "|---" * 12 + "|"]  # fmt: skip
+    for u in calibration["measured"]["updates"]:
+        if "error" in u:
+            lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {part_summary(u)} |")
+            continue
+        z, busy = u["sizes"], u["busy_share"]
+        lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {z['max_tokens_per_micro_batch']} | "
+                     f"{z['checkpoint_layers']} | {u['micro_batches']} | {u['step_s']:.2f} | {u['tokens_per_s']:.0f} | "
+                     f"{u['mfu']:.3f} | {'-' if busy is None else f'{busy:.2f}'} | "
+                     f"{u['ranks'][0]['peak_bytes'] / 1e9:.1f} | {u['planned_update_bytes'] / 1e9:.1f} |")  # fmt: skip
+    return "\n".join([*lines, "", f"Anchors: {ANCHORS}."])

@@ -2,10 +2,15 @@
 
 Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is
 built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.models.spread``: ddp or
-FSDP2, compute dtype, activation checkpointing), and given ``steps`` AdamW updates on random token
-sequences, each a forward and backward of ``PolicyScorer`` (the log-probs of the response positions, in
-chunks) under the mean response log-prob as loss: the cost of any objective's update, which adds only
-elementwise maths. The first step creates the optimizer state and is timed apart.
+FSDP2, compute dtype, activation checkpointing, Liger), and given ``steps`` AdamW updates on random token
+sequences. An update is a mini-batch of ``rows`` rows per rank in micro-batches of whole groups, by
+``trainer.max_tokens_per_micro_batch`` (first-fit as the trainer packs them; ``auto``: the memory plan's for this
+device, ``bench_sizes``; null: every row in one), each a forward and backward of ``PolicyScorer`` (the log-probs
+of the response positions, in chunks) under the mean response log-prob as loss, gradients accumulated, then
+one optimizer step: the cost of any objective's update, which adds only elementwise maths. The first step
+creates the optimizer state and is timed apart. With ``profile`` one more step runs under ``torch.profiler``
+(``pacs.bench.profile``): where its time goes by kernel family and, on a GPU, its busy share: the GPU's compute
+over the step's span, below 1 where the GPU waited for the host.
 
 Memory is the peak while updating, the model's construction left out: on CPU the peak resident memory after
 the high-water mark is reset once the model is spread (``/proc/self/clear_refs``), less what the process held
@@ -23,6 +28,11 @@ import os
 import subprocess
 import sys
 import time
+
+# what the field measures for comparable work, to read tokens/s per GPU and MFU beside (pytorch/torchtitan
+# docs/performance.md: Llama 3.1 8B, 8 H100s, FSDP2, local batch 2 of 8,192 tokens, selective recompute)
+ANCHORS = ("torchtitan Llama 3.1 8B on H100 (FSDP2, selective recompute): 5,762 tokens/s/GPU, 6,667 with "
+           "torch.compile; 33-39 % MFU")  # fmt: skip
 
 
 def update_batch(vocab: int, rows: int, n: int, prompt_length: int, response_length: int, distribution: str,
@@ -77,13 +87,15 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
-    from pacs.train.batch import PACKED, token_logprobs
+    from pacs.train import packing
+    from pacs.train.batch import token_logprobs, trimmed
     from pacs.train.config import OptimConfig, TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
     from pacs.train.kernels import adamw
     from pacs.train.memory import reset_resident_peak, resident_peak, status_bytes
+    from pacs.train.minibatch import micro_batch
     from pacs.train.models import scorer_of, spread
-    from pacs.train.varlen import PackedRows, to_device
+    from pacs.train.packing import Micro
 
     t = from_dict(TrainerConfig, trainer)
     # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device
@@ -92,6 +104,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     cuda = env.device.startswith("cuda")
     alone = t.strategy == "fsdp" and not env.active
     config = model_config(shape, **overrides)
+    t, sizes = bench_sizes(t, config, env, rows, group_size, prompt_length, response_length)
     rss_before_model = status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
@@ -104,23 +117,32 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         torch.cuda.reset_peak_memory_stats()
     rss_after_setup, reset = status_bytes("VmRSS"), reset_resident_peak()
     batch = update_batch(config.vocab_size, rows, group_size, prompt_length, response_length, lengths, 1000 + env.rank)
-    work = batch_work(batch, group_size, t.share_prompt and group_size > 1, t.pack_sequences)
-    layout = None
-    if t.pack_sequences:  # built on the host, as the trainer builds it (pacs.train.minibatch.micro_batch)
-        layout = PackedRows.of(batch["input_ids"], batch["attention_mask"], batch["response_mask"],
-                               group_size if t.share_prompt else 1)  # fmt: skip
-    batch = {k: to_device(v, env.device) for k, v in batch.items()}
-    if layout is not None:
-        batch[PACKED] = layout.to(env.device)
+    plan = [Micro(list(range(rows // group_size)))]  # the whole mini-batch at once, or by the token budget
+    if t.max_tokens_per_micro_batch:
+        prompt, response = packing.lengths(batch)
+        plan = packing.pack(list(range(rows // group_size)), prompt, response, group_size,
+                            t.max_tokens_per_micro_batch, t.pack_sequences)  # fmt: skip
+    group = (group_size if t.share_prompt else 1) if t.pack_sequences else None
+    micros, works = [], []
+    for micro in plan:  # trimmed, with its packed layout built on the host, on the device: as the trainer's
+        rows_of = micro.rows(group_size)
+        works.append(batch_work(trimmed({k: v[rows_of] for k, v in batch.items()}), group_size,
+                                t.share_prompt and group_size > 1, t.pack_sequences))  # fmt: skip
+        micros.append(micro_batch(batch, micro, group_size, env.device, group))
+    work = {k: sum(w[k] for w in works) for k in works[0] if k != "padding_share"}
+    work["padding_share"] = 1 - work["needed_positions"] / work["computed_positions"]
+    responses = sum(int(m["response_mask"].sum()) for m in micros)
 
     def step() -> float:
-        """One update; returns the host's seconds for the micro-batch's forward and backward: on a GPU, with
-        nothing in it waiting for the device, the time to issue its kernels."""
+        """One update of the mini-batch, a forward and backward per micro-batch, one optimizer step; returns
+        the host's seconds per micro-batch's forward and backward: on a GPU, with nothing in them waiting for the
+        device, the time to issue their kernels."""
         began = time.perf_counter()
-        logprobs, _ = token_logprobs(module, batch, 1.0, None, group_size)
-        loss = -logprobs.sum() / batch["response_mask"].sum()
-        loss.backward()
-        host_s = time.perf_counter() - began
+        for micro in micros:
+            logprobs, _ = token_logprobs(module, micro, 1.0, None, group_size)
+            loss = -logprobs.sum() / responses
+            loss.backward()
+        host_s = (time.perf_counter() - began) / len(micros)
         norm = total_norm(torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -133,7 +155,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         host.append(step())
         seconds.append(time.perf_counter() - start)
     families = None
-    if profile:
+    if profile:  # one more step, profiled: where its time goes, and how much of its span the GPU computed
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=activities) as prof:
             if cuda:  # the step's time on the device, beside the kernels' sum
@@ -144,8 +166,10 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
                 ended.record()
                 ended.synchronize()
         families = {**kernel_families(prof, cuda),
-                    "attention_calls_per_layer": attention_calls(prof) / config.num_hidden_layers,
+                    "attention_calls_per_layer": attention_calls(prof) / config.num_hidden_layers / len(micros),
                     **({"step_gpu_s": began.elapsed_time(ended) / 1e3} if cuda else {})}  # fmt: skip
+        if cuda:  # compute busy over the step's span on the GPU: below 1, the GPU waited (for the host, or NCCL)
+            families["busy_share"] = families["compute_busy_s"] / families["step_gpu_s"]
     d = dims(config)
     n = d["params"]
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
@@ -183,6 +207,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "strategy": t.strategy if env.active or alone else "single", "trainer": trainer, "rows_per_rank": rows,
         "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
         "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
+        "micro_batches": len(micros), "sizes": sizes,
         "host_s_per_micro_batch": sum(host[1:]) / (len(host) - 1) if len(host) > 1 else host[0],
         "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
         "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
@@ -191,6 +216,35 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "state_bytes_per_rank": state, "ranks": ranks,
         **({"profile": families} if families else {}),
     }  # fmt: skip
+
+
+def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, response_length: int):
+    """The trainer config with ``auto`` sizes resolved as a run on this device resolves them (``pacs.plan.fit``,
+    ``pacs.train.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
+    resolved to ({} when none was auto)."""
+    import dataclasses
+
+    from pacs.config import to_dict
+    from pacs.plan.calibration import Calibration
+    from pacs.plan.fit import fit_sizes, is_auto
+    from pacs.train.sizes import device_memory
+
+    if not is_auto(to_dict(t)):
+        return t, {}
+    memory, cal = device_memory(t.memory_limit_gb, env), Calibration()
+    run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
+           "trainer": {**to_dict(t), "batch_size": rows // group_size * env.world_size,
+                       "mini_batch_size": rows // group_size * env.world_size},
+           "rollout": {"n": group_size, "max_response_length": response_length, "engine": "hf",
+                       "prompt_batch_size": 1, "vllm": {}}}  # fmt: skip
+    gpus = env.world_size if env.device.startswith("cuda") else 0
+    trainer, fit = fit_sizes(shape, run, gpus, env.world_size, False, False, memory, cal.vllm_overhead_bytes,
+                             cal.overhead_bytes)  # fmt: skip
+    sizes = {"max_tokens_per_micro_batch": fit.tokens, "checkpoint_layers": fit.layers, "memory_bytes": memory,
+             "planned_bytes": fit.peak, "fits": fit.fits}  # fmt: skip
+    resolved = dataclasses.replace(t, max_tokens_per_micro_batch=trainer["max_tokens_per_micro_batch"],
+                                   checkpoint_layers=trainer["checkpoint_layers"])  # fmt: skip
+    return resolved, sizes
 
 
 def run_ranks(module: str, nproc: int, spec: dict, timeout_s: float = 3600) -> dict:

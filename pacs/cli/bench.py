@@ -169,16 +169,17 @@ def cmd_bench_memory(args: argparse.Namespace) -> int:
 
 
 UPDATE_VARIANTS = {  # pacs bench update --variants: trainer options over the command's own
-    "padded": {"pack_sequences": False},
-    "packed": {"pack_sequences": True},
-    "padded-unshared": {"pack_sequences": False, "share_prompt": False},
-    "packed-unshared": {"pack_sequences": True, "share_prompt": False},
-    "packed-compiled": {"pack_sequences": True, "compile": True},
+    # Liger off but where a variant names it (its default, null, is on for Qwen2 and Qwen3 on CUDA)
+    "padded": {"pack_sequences": False, "liger_kernels": False},
+    "packed": {"pack_sequences": True, "liger_kernels": False},
+    "padded-unshared": {"pack_sequences": False, "share_prompt": False, "liger_kernels": False},
+    "packed-unshared": {"pack_sequences": True, "share_prompt": False, "liger_kernels": False},
+    "packed-compiled": {"pack_sequences": True, "compile": True, "liger_kernels": False},
     # CUDA only (pacs.train.kernels); AdamW is fused on CUDA unless a variant says otherwise
     "packed-liger": {"pack_sequences": True, "liger_kernels": True},
-    "packed-autotune": {"pack_sequences": True, "attention_autotune": True},
+    "packed-autotune": {"pack_sequences": True, "attention_autotune": True, "liger_kernels": False},
     "packed-liger-autotune": {"pack_sequences": True, "liger_kernels": True, "attention_autotune": True},
-    "packed-unfused-adamw": {"pack_sequences": True, "optim": {"fused": False}},
+    "packed-unfused-adamw": {"pack_sequences": True, "optim": {"fused": False}, "liger_kernels": False},
 }
 
 
@@ -188,13 +189,17 @@ def _add_update(what) -> None:
     bu.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shape: num_hidden_layers=4")
     bu.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"], choices=["single", "ddp", "fsdp"])
     bu.add_argument("--nproc", type=int, default=2, help="ranks for ddp and fsdp (torchrun --standalone)")
-    bu.add_argument("--rows", type=int, default=1, help="sequences per rank per update")
+    bu.add_argument("--rows", type=int, default=1, help="sequences per rank per update (its mini-batch: the paper's "
+                    "256 prompts x 8 over 64 GPUs is 32)")  # fmt: skip
+    bu.add_argument("--max-tokens", default=None, help="trainer.max_tokens_per_micro_batch: a number or auto (the "
+                    "memory plan's for this device); default: every row in one micro-batch")  # fmt: skip
     bu.add_argument("--prompt-length", type=int, default=64)
     bu.add_argument("--response-length", type=int, default=256)
     bu.add_argument("--steps", type=int, default=3)
     bu.add_argument("--compute-dtype", choices=["float32", "bfloat16"], help="fsdp only (trainer.compute_dtype)")
     bu.add_argument("--gradient-checkpointing", action="store_true")
-    bu.add_argument("--checkpoint-layers", type=int, help="with checkpointing, only the first K layers recompute")
+    bu.add_argument("--checkpoint-layers", help="with checkpointing, only the first K layers recompute; auto: the "
+                    "fewest the memory plan needs")  # fmt: skip
     bu.add_argument("--logprob-chunk-size", default="1024", help="positions per chunk; none: full logits")
     bu.add_argument("--peak-flops", type=float, help="per device, for MFU (H100 bf16 dense: 989e12)")
     bu.add_argument("--group-size", type=int, default=1, help="rows per prompt (rollout.n); --rows a multiple")
@@ -212,13 +217,17 @@ def _add_update(what) -> None:
 
 def cmd_bench_update(args: argparse.Namespace) -> int:
     from pacs.bench.profile import format_families
-    from pacs.bench.update import run_update_bench
+    from pacs.bench.update import ANCHORS, run_update_bench
 
     overrides = shape_overrides(args.set)
+    def size(value: str | None):
+        return value if value in (None, "auto") else int(value)
+
     trainer = {
         "compute_dtype": args.compute_dtype,
         "gradient_checkpointing": args.gradient_checkpointing,
-        "checkpoint_layers": args.checkpoint_layers,
+        "checkpoint_layers": size(args.checkpoint_layers),
+        "max_tokens_per_micro_batch": size(args.max_tokens),
         "logprob_chunk_size": None if args.logprob_chunk_size == "none" else int(args.logprob_chunk_size),
     }
     variants = {v: UPDATE_VARIANTS[v] for v in args.variants} if args.variants else None
@@ -234,17 +243,27 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
     )
     header = f"{'variant':21s} {'strategy':8s} {'ranks':>5s} {'AdamW':>7s} {'state GB/rank':>13s}"
     header += f" {'peak GB (max rank)':>18s}"
-    print(f"{header} {'s/step':>7s} {'tok/s':>8s} {'padding':>7s}" + (" MFU (attn)" if args.peak_flops else ""))
+    print(f"{header} {'s/step':>7s} {'micro':>5s} {'tok/s/GPU':>9s} {'padding':>7s}"
+          + (" MFU (attn) busy" if args.peak_flops else ""))  # fmt: skip
     for r in report["results"]:
         peak = max(x["peak_bytes"] for x in r["ranks"])
         mfu = f" {r['mfu']:.3f} ({r['mfu_attention']:.3f})" if "mfu" in r else ""
+        busy = r.get("profile", {}).get("busy_share")
+        mfu += f" {busy:.2f}" if busy is not None else ""
         print(f"{r['variant']:21s} {r['strategy']:8s} {r['world_size']:5d} {r['optimizer']:>7s} "
-              f"{r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} {r['step_s']:7.2f} {r['tokens_per_s']:8.0f} "
-              f"{r['padding_share']:7.1%}{mfu}")  # fmt: skip
+              f"{r['state_bytes_per_rank'] / 1e9:13.2f} {peak / 1e9:18.2f} {r['step_s']:7.2f} {r['micro_batches']:5d} "
+              f"{r['tokens_per_s'] / r['world_size']:9.0f} {r['padding_share']:7.1%}{mfu}")  # fmt: skip
+        if r["sizes"]:
+            z = r["sizes"]
+            print(f"sized for {z['memory_bytes'] / 1e9:.1f} GB: max_tokens_per_micro_batch "
+                  f"{z['max_tokens_per_micro_batch']}, checkpoint_layers {z['checkpoint_layers']} (planned "
+                  f"{z['planned_bytes'] / 1e9:.1f} GB)")  # fmt: skip
         if "profile" in r:
             print(format_families(r["profile"]))
             print(f"attention calls per layer (forward and recompute): {r['profile']['attention_calls_per_layer']:.0f}")
         print(f"host s per micro-batch (its forward and backward, issued): {r['host_s_per_micro_batch']:.3f}")
+    print("busy: the GPU's compute over the profiled step's span (--profile); below 1 it waited for the host or NCCL")
+    print(f"anchors: {ANCHORS}")
     print(f"wrote {args.out} (peak while updating; on CPU resident memory above the process before the model)")
     return 0
 
@@ -289,31 +308,41 @@ def cmd_bench_generate(args: argparse.Namespace) -> int:
 
 
 def _add_gpu(what) -> None:
-    bg = what.add_parser("gpu", help="this GPU's training and generation throughput: a calibration file for the plan")
+    bg = what.add_parser("gpu", help="calibrate the plan on this GPU in one sitting: update MFU per model width, "
+                         "memory bandwidth")  # fmt: skip
     bg.add_argument("--shapes", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], help="of pacs.models.shapes")
+    bg.add_argument("--slice", default="qwen2.5-7b", help="a shape measured at its width with as many layers as fit "
+                    "this GPU; none: no slice")  # fmt: skip
     bg.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override the shapes")
-    bg.add_argument("--rows", type=int, default=8, help="sequences per update (config/config.yaml's 36,864 tokens)")
+    bg.add_argument("--rows", type=int, default=32, help="rows per GPU per optimizer step (the paper's 256 x 8 / 64)")
+    bg.add_argument("--group-size", type=int, default=8, help="responses per prompt (rollout.n)")
     bg.add_argument("--prompt-length", type=int, default=512)
     bg.add_argument("--response-length", type=int, default=4096)
-    bg.add_argument("--steps", type=int, default=4, help="updates; the first (optimizer state created) is not timed")
-    bg.add_argument("--generate-batch", type=int, default=64, help="sequences generated together")
+    bg.add_argument("--steps", type=int, default=3, help="updates; the first (optimizer state created) is not timed")
+    bg.add_argument("--part-timeout-s", type=float, default=70.0, help="each part's time limit (6 by default)")
+    bg.add_argument("--generate-batch", type=int, default=0, help="also transformers' generation: sequences at once")
     bg.add_argument("--new-tokens", type=int, default=512, help="tokens sampled per sequence")
     bg.add_argument("--peak-flops", type=float, help="dense bf16 FLOP/s of the GPU; default: by its name")
     bg.add_argument("--allow-cpu", action="store_true", help="run on the CPU (a test of the code, not of a GPU)")
-    bg.add_argument("--out", type=Path, default=Path("results/bench/gpu.json"))
+    bg.add_argument("--out", type=Path, default=Path("results/bench/gpu.json"), help="and a .md table beside it")
     bg.set_defaults(func=cmd_bench_gpu)
 
 
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
-    from pacs.bench.gpu import run_gpu_bench
+    from pacs.bench.gpu import format_calibration, run_gpu_bench
+    from pacs.io import atomic_write_text
 
     def say(line: str) -> None:
         print(line, flush=True)
 
-    run_gpu_bench(args.shapes, shape_overrides(args.set), args.rows, args.prompt_length, args.response_length,
-                  args.steps, args.generate_batch, args.new_tokens, args.peak_flops, args.allow_cpu,
-                  lambda calibration: atomic_write_json(args.out, calibration), say)  # fmt: skip
-    print(f"wrote {args.out} (after each measurement): set plan.calibration to it")
+    calibration = run_gpu_bench(args.shapes, shape_overrides(args.set), None if args.slice == "none" else args.slice,
+                                args.rows, args.group_size, args.prompt_length, args.response_length, args.steps,
+                                args.part_timeout_s, args.generate_batch, args.new_tokens, args.peak_flops,
+                                args.allow_cpu, lambda c: atomic_write_json(args.out, c), say)  # fmt: skip
+    table = format_calibration(calibration)
+    atomic_write_text(args.out.with_suffix(".md"), f"{calibration['source']}\n\n{table}\n")
+    print(table)
+    print(f"wrote {args.out} (after each part) and {args.out.with_suffix('.md')}: set plan.calibration to the json")
     return 0
 
 

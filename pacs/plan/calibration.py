@@ -5,16 +5,18 @@ the user's GPU and writes a calibration file (JSON, the keys of ``Calibration``)
 ``plan.calibration`` names it.
 
 - ``train_mfu``: model FLOPs (6·N per trained token, 2·N per scored token, attention added) per second
-  over the GPU's peak, for the FSDP2 update. Default 0.186, measured: the paper config's update (FSDP2 on one
-  rank, bf16 over fp32 masters, activation checkpointing, packed rows of one group of 8 responses to a
-  512-token prompt, DeepScaleR's response lengths up to 4,096) of the Qwen2.5-1.5B shape on one H100 80GB
-  HBM3 (torch 2.11, transformers 5.17, AdamW's multi-tensor kernels), November 2026: ``pacs bench update
-  --shape qwen2.5-1.5b --strategies fsdp --nproc 1 --compute-dtype bfloat16 --gradient-checkpointing --rows 8
-  --group-size 8 --prompt-length 512 --response-length 4096 --lengths deepscaler --peak-flops 989e12``
-  (0.72 s a step, 23,568 tokens/s; ``packed``, issue 39). Only that shape was measured: every other shape's
-  hours are priced at it (larger models run larger matrix multiplies at a higher MFU, so their hours are
-  likely overestimated; ``pacs bench gpu`` on the user's GPU and shapes replaces it).
-  Activation checkpointing's recomputation is inside this efficiency, not in the FLOPs.
+  over the GPU's peak, for the FSDP2 update. Default 0.238, measured: the paper config's update (FSDP2 on one
+  rank, bf16 over fp32 masters, activation checkpointing of every layer, Liger's kernels, as a run on CUDA
+  computes by default, packed rows of one group of 8 responses to a 512-token prompt, DeepScaleR's response
+  lengths up to 4,096) of the Qwen2.5-1.5B shape on one H100 80GB HBM3 (torch 2.11, transformers 5.17,
+  liger-kernel 0.8.5), November 2026: ``pacs bench update --shape qwen2.5-1.5b --strategies fsdp --nproc 1
+  --compute-dtype bfloat16 --gradient-checkpointing --rows 8 --group-size 8 --prompt-length 512
+  --response-length 4096 --lengths deepscaler --steps 3 --peak-flops 989e12 --variants packed-liger`` (0.56 s a
+  step, 30,166 tokens/s; without Liger 0.200; issue 59). Only that shape was measured, in one micro-batch of
+  8 rows: every other shape's hours are priced at it (larger models run larger matrix multiplies at a higher
+  MFU, so their hours are likely overestimated), and the larger micro-batches ``auto`` sizes are not in it.
+  ``pacs bench gpu`` on the user's GPU measures it per model width (``train_mfu_by_width``), which the plan
+  prices each model at. Activation checkpointing's recomputation is inside this efficiency, not in the FLOPs.
 - Decoding (``pacs.plan.decode``: its roofline, not a constant MFU): ``hbm_bytes_per_s``, the GPU's memory
   bandwidth from the vendor's data sheet (H100 SXM 3.35 TB/s, H200 4.8 TB/s, A100 80GB SXM 2.039 TB/s), or
   as ``pacs bench gpu`` measures it (a device-to-device copy); ``decode_efficiency`` 0.7, the share of the
@@ -55,7 +57,10 @@ class Calibration:
     gpu: str = GPUS["h100"]["name"]
     memory_bytes: int = GPUS["h100"]["memory_bytes"]  # per GPU
     peak_flops: float = GPUS["h100"]["peak_flops"]  # dense bf16, per GPU
-    train_mfu: float = 0.186  # measured at 1.5B on an H100 (above)
+    train_mfu: float = 0.238  # measured at 1.5B on an H100, with Liger (above)
+    # measured per model width by pacs bench gpu ({hidden size: MFU}); a model is priced at the nearest width's,
+    # and at train_mfu where there is none
+    train_mfu_by_width: dict = dataclasses.field(default_factory=dict, hash=False)
     hbm_bytes_per_s: float = GPUS["h100"]["hbm_bytes_per_s"]  # per GPU (data sheet, or pacs bench gpu)
     decode_efficiency: float = 0.7  # share of the decoding roofline reached (assumed)
     max_num_seqs: int = GPUS["h100"]["max_num_seqs"]  # vLLM's sequences at once
@@ -68,6 +73,14 @@ class Calibration:
     # writing a checkpoint (HF weights, sharded resume state, manifest checksums) to a cluster file system
     checkpoint_bytes_per_s: float = 5e8
     source: str = "defaults (pacs.plan.calibration)"
+
+    def mfu_at(self, width: int) -> float:
+        """The update's MFU for a model of hidden size ``width``: the measured width nearest to it, or
+        ``train_mfu``."""
+        if not self.train_mfu_by_width:
+            return self.train_mfu
+        nearest = min(self.train_mfu_by_width, key=lambda w: (abs(int(w) - width), int(w)))
+        return self.train_mfu_by_width[nearest]
 
 
 def load_calibration(path: Path | None, gpu: str | None) -> Calibration:

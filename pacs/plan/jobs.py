@@ -10,10 +10,11 @@ a forward and backward, plus attention, 4·q·c per token and layer for c tokens
 sequence on average under the causal mask). A step is its generation, priced by the decoding roofline
 (``pacs.plan.decode``: each GPU generating its share of the step's responses, which wait for the longest), and
 its update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
-``epochs`` updates) at ``train_mfu``, on all the job's GPUs (with ``trainer.share_prompt`` the policy and
-reference take each prompt once for its n responses, the critic every row whole); a job adds ``startup_s``;
-its runtime is that times ``plan.runtime_margin``, rounded up to 10 minutes. An evaluation is its decoding
-alone, each engine (``tensor_parallel_size`` GPUs) taking its share of the problems' samples.
+``epochs`` updates) at the calibration's MFU for the model's width (``Calibration.mfu_at``), on all the job's
+GPUs (with ``trainer.share_prompt`` the policy and reference take each prompt once for its n responses, the
+critic every row whole); a job adds ``startup_s``; its runtime is that times ``plan.runtime_margin``, rounded
+up to 10 minutes. An evaluation is its decoding alone, each engine (``tensor_parallel_size`` GPUs) taking its
+share of the problems' samples.
 """
 
 import math
@@ -25,6 +26,7 @@ from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.decode import decode_seconds, generation_seconds, spread
 from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
+from pacs.plan.fit import AUTO, Fit, fit_sizes, is_auto
 from pacs.plan.memory import DTYPE_BYTES, PHASES, dims, evaluation_memory, training_memory
 from pacs.plan.overlap import format_overlap, splits
 
@@ -70,9 +72,11 @@ class Job:
     # measured by the run's preflight (pacs.train.preflight), in place of the calibration's constants
     startup_s: float | None = None
     checkpoint_s: float | None = None
-    # training with gradient checkpointing: the fewest decoder layers that must recompute for the update to fit
-    # (trainer.checkpoint_layers), and the model's layers; None: it does not fit even with every layer
-    recompute_layers: tuple[int | None, int] | None = None
+    # training: the micro-batch's sizes resolved for the GPU where the run says auto (pacs.plan.fit), or, with
+    # gradient checkpointing at a fixed budget, the fewest layers that must recompute; and the model's layers
+    fit: Fit | None = None
+    auto: bool = False
+    layers: int = 0
     # training on 2 GPUs or more: the colocated step, then each split into generator and trainer GPUs
     splits: list = field(default_factory=list)
 
@@ -139,6 +143,13 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     algorithm = get_algorithm(run["algorithm"]["name"])
     needs = algorithm.needs(from_dict(algorithm.options, run["algorithm"]["options"], "algorithm.options"))
     critic = algorithm.critic
+    auto, fit = is_auto(run["trainer"]), None
+    if auto or (run["trainer"]["gradient_checkpointing"] and gpus):
+        asked = run["trainer"] if auto else {**run["trainer"], "checkpoint_layers": AUTO}
+        trainer, fit = fit_sizes(shape, {**run, "trainer": asked}, gpus, max(gpus, 1), "ref_logprobs" in needs,
+                                 critic, cal.memory_bytes, cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+        if auto:
+            run = {**run, "trainer": trainer}
     memory = training_memory(shape, run, gpus, "ref_logprobs" in needs, critic, cal.memory_bytes,
                              cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
     d, t, r = dims(shape), run["trainer"], run["rollout"]
@@ -154,14 +165,12 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
-    if t["gradient_checkpointing"] and gpus:
-        job.recompute_layers = (fewest_recomputed_layers(shape, run, gpus, "ref_logprobs" in needs, critic, cal),
-                                d["layers"])  # fmt: skip
+    job.fit, job.auto, job.layers = fit, auto, d["layers"]
 
     def modeled(mean: float) -> float:  # seconds of one step, responses of mean length ``mean``
         update = step_flops(d, run, needs, critic, prompt, round(mean))[1]
         return (generation_seconds(d, run, gpus, memory, cal, prompt, mean)
-                + update / (cal.train_mfu * cal.peak_flops * max(gpus, 1)))  # fmt: skip
+                + update / (cal.mfu_at(d["h"]) * cal.peak_flops * max(gpus, 1)))  # fmt: skip
 
     longest = modeled(r["max_response_length"])
     if measured:
@@ -174,19 +183,6 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     if gpus >= 2:
         job.splits = splits(d, run, gpus, memory, cal, prompt, response, update, startup_seconds(job, cal))
     return job
-
-
-def fewest_recomputed_layers(shape, run: dict, gpus: int, needs_reference: bool, critic: bool,
-                             cal: Calibration) -> int | None:  # fmt: skip
-    """The fewest decoder layers that must recompute their activations (``trainer.checkpoint_layers``) for
-    the update phase to fit the GPU by the memory model; None: not even all of them."""
-    for layers in range(dims(shape)["layers"] + 1):
-        trainer = {**run["trainer"], "checkpoint_layers": layers}
-        memory = training_memory(shape, {**run, "trainer": trainer}, gpus, needs_reference, critic, cal.memory_bytes,
-                                 cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
-        if sum(memory["update"].values()) <= cal.memory_bytes:
-            return layers
-    return None
 
 
 def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int, settings: PlanSettings,
@@ -365,12 +361,34 @@ def startup_seconds(job: Job, cal: Calibration) -> float:
     return job.startup_s if job.startup_s is not None else cal.startup_s
 
 
+def train_mfu(cal: Calibration) -> str:
+    """The update's MFU as the plan prices it: one figure, or one per measured width."""
+    widths = sorted(cal.train_mfu_by_width, key=int)
+    by_width = ", ".join(f"{cal.train_mfu_by_width[w]:.3f} at width {w}" for w in widths)
+    return f"{by_width} (each model at the nearest)" if by_width else f"{cal.train_mfu:.3f}"
+
+
+def format_fits(jobs: list[Job]) -> list[str]:
+    """The micro-batch sizes resolved for the GPU (``auto``), and the recompute a fixed budget needs."""
+    lines = []
+    sized = [f"{j.name}: {j.fit.tokens} tokens, {j.fit.layers if j.fit.layers is not None else j.layers}/{j.layers} "
+             "layers recomputing" for j in jobs if j.auto and j.fit.fits]  # fmt: skip
+    if sized:
+        lines += ["", "Micro-batches sized by memory (trainer.max_tokens_per_micro_batch and trainer.checkpoint_layers "
+                  "auto, as each job resolves them on a GPU of this memory): " + "; ".join(sized) + "."]  # fmt: skip
+    recompute = [f"{j.name} {j.fit.layers}/{j.layers}" for j in jobs if j.fit and not j.auto and j.fit.fits]
+    if recompute:
+        lines += ["", "Activation checkpointing, the fewest layers that must recompute for the micro-batch to fit "
+                  f"(trainer.checkpoint_layers, or auto): {', '.join(recompute)}."]  # fmt: skip
+    return lines
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
     margin = plan.settings.runtime_margin
     cal = plan.calibration
     lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
-             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {cal.train_mfu:.2f}, decoding at "
+             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {train_mfu(cal)}, decoding at "
              f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
              "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
              "GPU-hours | runtime (min) | segments | disk peak (GB) |",
@@ -400,11 +418,7 @@ def format_plan(plan: Plan) -> str:
     if measured:
         lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "
                   "job from the constants above."]  # fmt: skip
-    recompute = [f"{j.name} {k}/{n}" for j in plan.jobs if j.recompute_layers for k, n in [j.recompute_layers]
-                 if k is not None]  # fmt: skip
-    if recompute:
-        lines += ["", "Activation checkpointing, the fewest layers that must recompute for the update to fit "
-                  f"(trainer.checkpoint_layers): {', '.join(recompute)}."]  # fmt: skip
+    lines += format_fits(plan.jobs)
     seen = set()
     for j in plan.jobs:
         key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),

@@ -123,6 +123,8 @@ def micro_batch_tokens(run: dict) -> tuple[int, int]:
     """(tokens, response tokens) of the largest micro-batch: the token budget, or micro_batch_size prompts
     of n samples padded to the longest prompt and response."""
     t, r = run["trainer"], run["rollout"]
+    if "auto" in (t["max_tokens_per_micro_batch"], t.get("checkpoint_layers")):
+        raise ValueError("trainer sizes of 'auto' are resolved for a device first (pacs.plan.fit.fit_sizes)")
     length = run["data"]["max_prompt_length"] + r["max_response_length"]
     tokens = t["max_tokens_per_micro_batch"] or t["micro_batch_size"] * r["n"] * length
     return tokens, tokens * r["max_response_length"] // length

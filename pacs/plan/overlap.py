@@ -41,7 +41,7 @@ def splits(d: dict, run: dict, gpus: int, memory: dict, cal, prompt: int, mean: 
     steps = run["trainer"]["total_steps"]
 
     def update(trainers: int) -> float:
-        return update_flops / (cal.train_mfu * cal.peak_flops * trainers)
+        return update_flops / (cal.mfu_at(d["h"]) * cal.peak_flops * trainers)
 
     def split(g: int, generate: float, trained: float, push: float, step: float) -> Split:
         return Split(g, generate, trained, push, step, gpus * (startup_s + steps * step) / 3600)

@@ -93,8 +93,9 @@ class TrainerConfig:
     mini_batch_size: int = 256  # prompts per optimizer step
     micro_batch_size: int = 4  # prompts per forward/backward on one rank; gradients accumulate
     # pack whole groups into micro-batches of at most this many tokens (padding counted) instead, dealing each
-    # mini-batch's groups to ranks by tokens; null: micro_batch_size prompts
-    max_tokens_per_micro_batch: int | None = None
+    # mini-batch's groups to ranks by tokens; auto: the largest the memory plan fits on this run's devices
+    # (pacs.plan.fit), resolved once per job; null: micro_batch_size prompts
+    max_tokens_per_micro_batch: int | Literal["auto"] | None = None
     epochs: int = 1  # passes over each step's batch
     # the loss scale of verl's micro-batch of this many responses per GPU (its ppo_micro_batch_size_per_gpu; the
     # paper's scripts: 8): a loss summed over responses (seq-mean-token-sum-norm, the actor's and the critic's)
@@ -112,9 +113,11 @@ class TrainerConfig:
     # embeddings, SwiGLU and residual adds; the first steps pay the compile. With share_prompt, needs
     # pack_sequences
     compile: bool = False
-    # with gradient_checkpointing, only the first K decoder layers recompute (the rest keep their activations):
-    # pacs plan prints the fewest that fit the device; null: every layer
-    checkpoint_layers: int | None = None
+    # with gradient_checkpointing, only the first K decoder layers recompute (the rest keep their activations);
+    # auto: the fewest with which the micro-batch fits this run's devices (pacs.plan.fit); null: every layer
+    checkpoint_layers: int | Literal["auto"] | None = None
+    # GB per rank the auto sizes fit in; null: the device's (a GPU's total memory, or a CPU host's over its ranks)
+    memory_limit_gb: float | None = None
     # positions per chunk of the LM head in the log-prob and entropy computations; null: whole micro-batch logits
     logprob_chunk_size: int | None = 1024
     # each group's prompt through the policy and reference once, its keys and values read by its n responses
@@ -123,8 +126,9 @@ class TrainerConfig:
     # each micro-batch's rows laid end to end in one sequence without padding, attention kept within each row
     # (its group's prompt and itself; pacs.train.varlen); false: rows padded to the micro-batch's longest
     pack_sequences: bool = True
-    # CUDA only (pacs.train.kernels): Liger's Triton RMSNorm, SwiGLU and RoPE kernels in the decoder layers
-    liger_kernels: bool = False
+    # CUDA only (pacs.train.kernels): Liger's Triton RMSNorm, SwiGLU and RoPE kernels in the decoder layers; null:
+    # on CUDA for Qwen2 and Qwen3 unless trainer.compile, off on a CPU
+    liger_kernels: bool | None = None
     # CUDA only: the packed rows' FlexAttention compiled with autotuning (forward and backward kernels); its first
     # steps pay the tuning. Needs pack_sequences
     attention_autotune: bool = False
@@ -136,12 +140,17 @@ class TrainerConfig:
         for name in ("total_steps", "batch_size", "mini_batch_size", "micro_batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-        if self.checkpoint_layers is not None and self.checkpoint_layers < 0:
-            raise ValueError(f"trainer.checkpoint_layers must be >= 0 or null, got {self.checkpoint_layers}")
+        if self.checkpoint_layers not in (None, "auto") and self.checkpoint_layers < 0:
+            raise ValueError(f"trainer.checkpoint_layers must be >= 0, auto or null, got {self.checkpoint_layers}")
+        if self.checkpoint_layers == "auto" and not self.gradient_checkpointing:
+            raise ValueError("trainer.checkpoint_layers auto chooses how many layers recompute: it needs "
+                             "trainer.gradient_checkpointing true")  # fmt: skip
         for name in ("max_tokens_per_micro_batch", "logprob_chunk_size", "reference_reset_every",
                      "verl_micro_batch_size"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
+            if getattr(self, name) not in (None, "auto") and getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1 or null, got {getattr(self, name)}")
+        if self.memory_limit_gb is not None and self.memory_limit_gb <= 0:
+            raise ValueError(f"trainer.memory_limit_gb must be > 0 or null, got {self.memory_limit_gb}")
         if self.compute_dtype not in (None, "float32") and self.strategy != "fsdp":
             raise ValueError(f"trainer.compute_dtype {self.compute_dtype} needs trainer.strategy fsdp")
         if self.batch_size % self.mini_batch_size:

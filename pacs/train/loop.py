@@ -31,6 +31,7 @@ from pacs.train.prompts import load_prompts
 from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
 from pacs.train.segments import JobOptions, Segment
+from pacs.train.sizes import resolve_sizes
 from pacs.train.staleness import RolloutSchedule
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
@@ -215,7 +216,9 @@ def train(
     if start >= t.total_steps:
         release_generators(env, start)  # nothing for them to sample either
         return {"status": "complete", "start_step": start, "final_step": start}
-    models = load_models(config, objective, objective.needs(options), latest[1] if latest else None, env)
+    needs = objective.needs(options)
+    config, sizes = resolve_sizes(config, env, "ref_logprobs" in needs, objective.value_loss is not None)
+    models = load_models(config, objective, needs, latest[1] if latest else None, env)
 
     data = config.data
     prompts = load_prompts(data.train_files, models.tokenizer, data.max_prompt_length, data.chat_template_kwargs)
@@ -259,7 +262,7 @@ def train(
         closing(engine),
         Segment(out, env, config.checkpoint.stop_margin, job) as segment,
     ):
-        segment.begin(start)
+        segment.begin(start, sizes)
         rollouts = schedule(config, engine, models, prompts, pool, scorer, env, start, resume)
         if start == 0:  # the data as trained on, and the starting accuracy when evaluation is on
             emit({"step": 0, "data/prompts": len(prompts.token_ids), "data/prompts_dropped": prompts.dropped,

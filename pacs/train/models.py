@@ -19,7 +19,7 @@ from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
-from pacs.train.kernels import adamw, check_device, use_liger_kernels
+from pacs.train.kernels import adamw, check_device, liger_on, use_liger_kernels
 from pacs.train.logprobs import PolicyScorer
 from pacs.train.varlen import use_varlen_attention
 
@@ -49,12 +49,12 @@ def scorer_of(model: torch.nn.Module, trainer: TrainerConfig) -> PolicyScorer:
 
 def spread(model: torch.nn.Module, trainer: TrainerConfig, env: DistEnv, trained: bool = True) -> torch.nn.Module:
     """``model`` on this rank's device, spread over the ranks as ``trainer.strategy`` says, with Liger's kernels
-    where ``trainer.liger_kernels`` asks, activation checkpointing when it is trained and
-    ``trainer.gradient_checkpointing`` is on; a model that is not
-    trained is left unwrapped where nothing needs synchronising (one rank, or ddp)."""
+    where ``trainer.liger_kernels`` asks (null: on CUDA for Qwen2 and Qwen3), activation checkpointing when it is
+    trained and ``trainer.gradient_checkpointing`` is on; a model that is not trained is left unwrapped where
+    nothing needs synchronising (one rank, or ddp)."""
     hf = model.model if isinstance(model, PolicyScorer) else model
     check_device(trainer, env.device)
-    if trainer.liger_kernels:
+    if liger_on(trainer, env.device, hf.config.model_type):
         use_liger_kernels(hf)
     if trainer.compile:  # before the layers are sharded, as torchtitan does; the attention call stays eager
         for layer in hf.base_model.layers:

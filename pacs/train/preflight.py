@@ -17,7 +17,8 @@ In ``DIR``:
    peak memory in each phase of a step (``pacs.train.memory``: on a GPU the device's use, the CUDA context,
    NCCL and vLLM awake included, a sleeping vLLM's pool not; else the process's resident peak) is checked
    against ``memory.limit``; beside generator ranks (``rollout.generator_ranks``), the largest generator's
-   peak too.
+   peak too. The sizes a ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.sizes``) are
+   reported beside the plan's (``memory.sizes``).
 2. The checkpoint read back: every file against the sizes and SHA-256 of its manifest, as a resume checks it.
 3. ``eval/``: one evaluation chunk (``chunk_problems`` problems) of that checkpoint with the benchmark's
    settings, by ``pacs evaluate``.
@@ -160,6 +161,7 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
         "steps": [{k: v for k, v in s.items() if k.startswith(("time/", "throughput/")) or k == "step"} for s in steps],
         "tokens_per_s": last["throughput/tokens_per_s"],
         "checkpoint_s": stop["checkpoint_s"],
+        "sizes": start.get("sizes"),  # trainer keys of auto, as the job resolved them on its devices
         "peaks": stop["peak_gb"],  # the trainers'; the generators' come with each batch
         "generator_peaks": {
             k.removeprefix("memory/generator_peak_").removesuffix("_gb"): v
@@ -269,6 +271,13 @@ def format_preflight(r: dict) -> str:
         f"its manifest in {r['read_back_s']:.1f} s",
         f"- sampler/trainer log-prob gap at step 1: {gap or 'none (hf samples from the policy itself)'}",
     ]
+    if r.get("sizes"):
+        z, planned = r["sizes"], r["spec"]["memory"].get("sizes")
+        plan = (f" (the plan's, for a {r['spec']['memory']['device']}: {planned['max_tokens_per_micro_batch']} "
+                f"tokens, {planned['checkpoint_layers']} layers)" if planned else "")  # fmt: skip
+        lines.append(f"- micro-batches sized by memory for {_gb(z['memory_bytes'])} per rank: "
+                     f"trainer.max_tokens_per_micro_batch {z['max_tokens_per_micro_batch']}, trainer.checkpoint_layers "
+                     f"{z['checkpoint_layers']} (planned peak {_gb(z['planned_bytes'])}){plan}")  # fmt: skip
     if r.get("generator_peak_bytes") is not None:
         lines.append(f"- generator ranks: the largest peaked at {_gb(r['generator_peak_bytes'])} (the device's use on "
                      "a GPU, else the process's resident peak)")  # fmt: skip

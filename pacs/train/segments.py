@@ -120,11 +120,12 @@ class Segment:
         self.signalled = signal.Signals(signum).name
         self._record("signal", signal=self.signalled, step=self.step)
 
-    def begin(self, step: int) -> None:
+    def begin(self, step: int, sizes: dict | None = None) -> None:
+        """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.sizes``)."""
         self._refresh()
         self.step = step
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
-                     end_time=self.end)  # fmt: skip
+                     end_time=self.end, **({"sizes": sizes} if sizes else {}))  # fmt: skip
 
     def __enter__(self):
         self._handlers = {s: signal.signal(s, self._on_signal) for s in SIGNALS}

@@ -1,0 +1,66 @@
+"""The run's micro-batch sizes, resolved once per job on its own devices: ``trainer.max_tokens_per_micro_batch``
+and ``trainer.checkpoint_layers`` of ``auto`` become what the memory plan fits (``pacs.plan.fit``).
+
+The device's memory is ``trainer.memory_limit_gb`` where it is set; else a GPU's total memory (what torch
+reports, as the plan's GPUs are listed), or on a CPU the host's memory over the ranks on it. The smallest over
+the ranks is taken, so every rank resolves the same sizes (their micro-batches must stay in step). The model's
+shape is read from its config; the rest (vLLM's share, the reference, the critic) from the run's config, as
+``pacs plan`` counts them.
+"""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from pacs.config import to_dict
+from pacs.plan.calibration import Calibration
+from pacs.plan.fit import fit_sizes, is_auto
+from pacs.train.config import RunConfig
+from pacs.train.distributed import DistEnv, all_reduce
+
+
+def device_memory(limit_gb: float | None, env: DistEnv) -> int:
+    """Bytes per rank the sizes fit in (module docstring): ``limit_gb`` (``trainer.memory_limit_gb``) or the
+    device's, the same on every rank."""
+    if limit_gb is not None:
+        return int(limit_gb * 1e9)
+    if str(env.device).startswith("cuda"):
+        mine = torch.cuda.get_device_properties(torch.device(env.device)).total_memory
+    else:
+        found = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError("/proc/meminfo has no MemTotal: set trainer.memory_limit_gb for the auto sizes")
+        mine = int(found.group(1)) * 1024 // max(env.local_size, 1)
+    return int(all_reduce(torch.tensor(mine, dtype=torch.int64), env, "min"))
+
+
+def resolve_sizes(config: RunConfig, env: DistEnv, needs_reference: bool, critic: bool) -> tuple[RunConfig, dict]:
+    """``config`` with its auto sizes resolved for this job's devices, and what was resolved ({} when nothing
+    was auto): ``max_tokens_per_micro_batch``, ``checkpoint_layers``, the device's ``memory_bytes`` and the
+    plan's ``planned_bytes`` at those sizes. A device that cannot hold one group at the maximum lengths is an
+    error naming the keys."""
+    t = config.trainer
+    if not is_auto(to_dict(t)):
+        return config, {}
+    memory, cal = device_memory(t.memory_limit_gb, env), Calibration()
+    gpus = env.world_size if str(env.device).startswith("cuda") else 0
+    shape = AutoConfig.from_pretrained(config.model.path)
+    trainer, fit = fit_sizes(shape, to_dict(config), gpus, env.world_size, needs_reference, critic, memory,
+                             cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+    if not fit.fits:
+        raise ValueError(f"trainer.max_tokens_per_micro_batch / trainer.checkpoint_layers auto: one group at the "
+                         f"maximum lengths ({fit.floor} tokens) plans {fit.peak / 1e9:.1f} GB per rank with "
+                         f"{fit.layers if fit.layers is not None else 'every'} layer(s) recomputing, more than this "
+                         f"device's {memory / 1e9:.1f} GB; run pacs plan for the components and the keys to "
+                         "change (trainer.strategy fsdp, more GPUs, rollout.max_response_length)")  # fmt: skip
+    resolved = dataclasses.replace(t, max_tokens_per_micro_batch=trainer["max_tokens_per_micro_batch"],
+                                   checkpoint_layers=trainer["checkpoint_layers"])  # fmt: skip
+    sizes = {"max_tokens_per_micro_batch": fit.tokens, "checkpoint_layers": fit.layers,
+             "memory_bytes": memory, "planned_bytes": fit.peak}  # fmt: skip
+    if env.main:
+        print(f"micro-batches sized for {memory / 1e9:.1f} GB per rank (planned {fit.peak / 1e9:.1f} GB): trainer."
+              f"max_tokens_per_micro_batch {fit.tokens}, trainer.checkpoint_layers {fit.layers}", flush=True)
+    return dataclasses.replace(config, trainer=resolved), sizes
