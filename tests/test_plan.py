@@ -285,9 +285,9 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
 
     out = tmp_path / "gpu.json"
     args = ["bench", "gpu", "--shapes", "tiny", "--slice", "qwen2.5-0.5b", "--set", "num_hidden_layers=2",
-            "vocab_size=512", "--rows", "4", "--group-size", "2", "--prompt-length", "16", "--response-length", "48",
-            "--steps", "2", "--generate-batch", "4", "--new-tokens", "8", "--peak-flops", "1e12",
-            "--out", str(out)]  # fmt: skip
+            "vocab_size=512", "intermediate_size=256", "num_attention_heads=2", "num_key_value_heads=1", "--rows",
+            "4", "--group-size", "2", "--prompt-length", "16", "--response-length", "48", "--steps", "2",
+            "--generate-batch", "4", "--new-tokens", "8", "--peak-flops", "1e12", "--out", str(out)]  # fmt: skip
     if not torch.cuda.is_available():
         assert main(args) == 2 and "CUDA" in capsys.readouterr().err and not out.exists()
     assert main([*args[:2], "--shapes", "qwen9-nope", *args[3:], "--allow-cpu"]) == 2

@@ -32,6 +32,7 @@ where the figures mean nothing for a GPU.
 """
 
 import dataclasses
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -130,8 +131,12 @@ def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: in
         result = measure(1, shape, overrides, trainer, run["trainer"]["mini_batch_size"] * r["n"],
                          run["data"]["max_prompt_length"], r["max_response_length"], steps, peak, timeout_s=part_s,
                          group_size=r["n"], lengths="deepscaler", profile=cuda)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {**row, "error": f"timed out after {part_s:.0f} s"}
+    except subprocess.TimeoutExpired as e:  # the timed steps' result where it was out before the profiled step
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        measured = [line for line in out.splitlines() if line.startswith("{")]
+        if not measured:
+            return {**row, "error": f"timed out after {part_s:.0f} s"}
+        result = {**json.loads(measured[-1]), "profile_error": f"the profiled step timed out after {part_s:.0f} s"}
     except RuntimeError as e:  # the part's process failed: its error, and the other parts run
         return {**row, "error": str(e)[-1000:]}
     sized = {**run["trainer"], **{k: result["sizes"][k] for k in ("max_tokens_per_micro_batch", "checkpoint_layers")}}
@@ -145,6 +150,7 @@ def part_summary(row: dict) -> str:
         return f"FAILED: {row['error'].strip().splitlines()[-1] if row['error'].strip() else 'no message'}"
     z = row["sizes"]
     busy = f", busy {row['busy_share']:.2f}" if row["busy_share"] is not None else ""
+    busy += f" ({row['profile_error']})" if "profile_error" in row else ""
     return (f"{row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']:.3f}{busy}, {row['micro_batches']} micro-batch(es) "
             f"of at most {z['max_tokens_per_micro_batch']} tokens, {z['checkpoint_layers']} layers recomputing, peak "
             f"{row['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {row['planned_update_bytes'] / 1e9:.2f} GB)")

@@ -83,7 +83,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from pacs.bench.profile import attention_calls, kernel_families
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
@@ -154,22 +153,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         start = time.perf_counter()
         host.append(step())
         seconds.append(time.perf_counter() - start)
-    families = None
-    if profile:  # one more step, profiled: where its time goes, and how much of its span the GPU computed
-        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        with torch.profiler.profile(activities=activities) as prof:
-            if cuda:  # the step's time on the device, beside the kernels' sum
-                began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                began.record()
-            step()
-            if cuda:
-                ended.record()
-                ended.synchronize()
-        families = {**kernel_families(prof, cuda),
-                    "attention_calls_per_layer": attention_calls(prof) / config.num_hidden_layers / len(micros),
-                    **({"step_gpu_s": began.elapsed_time(ended) / 1e3} if cuda else {})}  # fmt: skip
-        if cuda:  # compute busy over the step's span on the GPU: below 1, the GPU waited (for the host, or NCCL)
-            families["busy_share"] = families["compute_busy_s"] / families["step_gpu_s"]
     d = dims(config)
     n = d["params"]
     step_s = sum(seconds[1:]) / (len(seconds) - 1) if len(seconds) > 1 else seconds[0]
@@ -194,28 +177,60 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     if env.active:
         ranks = [None] * env.world_size
         dist.all_gather_object(ranks, mine)
-    if not env.main:
-        return None
-    state = 16 * n // (env.world_size if t.strategy == "fsdp" else 1)
-    flops = sum(r["linear_flops"] + r["attention_flops"] for r in ranks)
-    mfu = {}
-    if peak_flops:
-        mfu = {"mfu": flops / step_s / peak_flops / env.world_size,
-               "mfu_attention": sum(r["attention_flops"] for r in ranks) / step_s / peak_flops / env.world_size}
-    return {
-        "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size, "device": env.device,
-        "strategy": t.strategy if env.active or alone else "single", "trainer": trainer, "rows_per_rank": rows,
-        "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
-        "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
-        "micro_batches": len(micros), "sizes": sizes,
-        "host_s_per_micro_batch": sum(host[1:]) / (len(host) - 1) if len(host) > 1 else host[0],
-        "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
-        "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
-        / sum(r["work"]["computed_positions"] for r in ranks),
-        "optimizer": "fused" if optimizer.defaults["fused"] else "default", "update_flops": flops, **mfu,
-        "state_bytes_per_rank": state, "ranks": ranks,
-        **({"profile": families} if families else {}),
-    }  # fmt: skip
+    out = None
+    if env.main:
+        state = 16 * n // (env.world_size if t.strategy == "fsdp" else 1)
+        flops = sum(r["linear_flops"] + r["attention_flops"] for r in ranks)
+        mfu = {}
+        if peak_flops:
+            mfu = {"mfu": flops / step_s / peak_flops / env.world_size,
+                   "mfu_attention": sum(r["attention_flops"] for r in ranks) / step_s / peak_flops / env.world_size}
+        out = {
+            "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size,
+            "device": env.device, "strategy": t.strategy if env.active or alone else "single", "trainer": trainer,
+            "rows_per_rank": rows, "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
+            "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
+            "micro_batches": len(micros), "sizes": sizes,
+            "host_s_per_micro_batch": sum(host[1:]) / (len(host) - 1) if len(host) > 1 else host[0],
+            "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
+            "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
+            / sum(r["work"]["computed_positions"] for r in ranks),
+            "optimizer": "fused" if optimizer.defaults["fused"] else "default", "update_flops": flops, **mfu,
+            "state_bytes_per_rank": state, "ranks": ranks,
+        }  # fmt: skip
+    if profile:  # one more step, profiled, once what the timed steps measured is out: should the profile run past
+        # a time limit (pacs bench gpu's parts), that much is kept (run_ranks)
+        if out is not None:
+            print(json.dumps(out), flush=True)
+        profiled = profile_step(step, cuda)
+        if out is not None:
+            calls = profiled.pop("attention_calls")
+            out["profile"] = {**profiled, "attention_calls_per_layer": calls / config.num_hidden_layers / len(micros)}
+    return out
+
+
+def profile_step(step, cuda: bool) -> dict:
+    """``step()`` under ``torch.profiler``: its time by kernel family (``pacs.bench.profile``), its attention calls
+    and, on a GPU, its time on the device and its busy share: the GPU's compute over the step's span, below 1
+    where the GPU waited (for the host, or NCCL)."""
+    import torch
+
+    from pacs.bench.profile import attention_calls, kernel_families
+
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        if cuda:  # the step's time on the device, beside the kernels' sum
+            began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            began.record()
+        step()
+        if cuda:
+            ended.record()
+            ended.synchronize()
+    out = {**kernel_families(prof, cuda), "attention_calls": attention_calls(prof)}
+    if cuda:
+        out["step_gpu_s"] = began.elapsed_time(ended) / 1e3
+        out["busy_share"] = out["compute_busy_s"] / out["step_gpu_s"]
+    return out
 
 
 def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, response_length: int):
