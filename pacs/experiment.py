@@ -8,7 +8,7 @@ import dataclasses
 
 from pacs.config import ConfigError, from_dict, to_dict
 from pacs.eval.config import EvalConfig
-from pacs.train.config import LoggingConfig, resolve
+from pacs.train.settings.config import LoggingConfig, resolve
 
 
 def merged(base: dict, over: dict) -> dict:

@@ -10,7 +10,7 @@ from grading_cases import CASES
 
 from pacs.config import ConfigError, from_dict
 from pacs.eval.config import EvalConfig
-from pacs.train.config import resolve
+from pacs.train.settings.config import resolve
 from pacs.verify.code import CodeConfig, extract_code, parse_tests, run_limit_s, run_program
 
 PROFILES = ("judge", "livecodebench", "glm45")

@@ -11,7 +11,7 @@ from test_objectives import N, synthetic_batch
 from pacs.algorithms.correction import truncated_importance_weights
 from pacs.algorithms.objectives import OBJECTIVES, get_objective
 from pacs.config import ConfigError
-from pacs.train.config import resolve
+from pacs.train.settings.config import resolve
 
 
 def with_sampler(batch: dict, seed: int = 1) -> dict:

@@ -132,8 +132,8 @@ def test_auto_sizes_resolve_for_the_gpu_s_memory(qwen_shaped, toy_data, tmp_path
     from pacs.config import to_dict
     from pacs.plan.calibration import Calibration
     from pacs.plan.fit import fit_sizes
-    from pacs.train.config import load_run_config, objective_config
     from pacs.train.distributed import DistEnv
+    from pacs.train.settings.config import load_run_config, objective_config
     from pacs.train.sizes import resolve_sizes
 
     trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
@@ -310,8 +310,8 @@ def test_the_fused_adamw_steps_as_the_default_one():
     (multi-tensor) AdamW, to fp32 rounding."""
     from test_logprobs import _small_qwen2
 
-    from pacs.train.config import OptimConfig
     from pacs.train.kernels import adamw
+    from pacs.train.settings.config import OptimConfig
 
     models = [_small_qwen2(hidden_size=128).to("cuda") for _ in range(2)]
     fused, default = (adamw(m.parameters(), 1e-3, OptimConfig(fused=f), "cuda")
@@ -368,10 +368,10 @@ def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict
     from helpers import N, ragged_batch
 
     from pacs.algorithms.objectives import get_objective
-    from pacs.train.config import objective_config, resolve
     from pacs.train.distributed import full_tensors, init_distributed
     from pacs.train.loop import prepare_whole_batch, score_batch, update_models
     from pacs.train.models import load_models
+    from pacs.train.settings.config import objective_config, resolve
 
     prompts = 4
     config = resolve({"algorithm": {"name": "pacs", "options": {"reward_proxy": "reference"}},
@@ -703,7 +703,7 @@ def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, t
     from pacs.models.shapes import model_config
     from pacs.plan.calibration import Calibration
     from pacs.plan.jobs import PlanSettings, plan_training
-    from pacs.train.config import load_run_config
+    from pacs.train.settings.config import load_run_config
 
     trainer = {"total_steps": 3, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",
                "compute_dtype": "bfloat16", "gradient_checkpointing": True, "logprob_chunk_size": 256}  # fmt: skip

@@ -24,11 +24,11 @@ from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
 from pacs.train import checkpoint as ckpt
 from pacs.train.batch import token_logprobs
-from pacs.train.config import load_run_config, resolve
 from pacs.train.distributed import DistEnv
 from pacs.train.logprobs import PolicyScorer
-from pacs.train.prompts import Prompts
 from pacs.train.segments import EXIT_STOPPED
+from pacs.train.settings.config import load_run_config, resolve
+from pacs.train.settings.prompts import Prompts
 from pacs.train.staleness import RolloutSchedule, check_sampled
 
 STEPS = 6

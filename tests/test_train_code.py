@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from pacs.train import checkpoint as ckpt
 from pacs.train import loop
-from pacs.train.config import load_run_config
+from pacs.train.settings.config import load_run_config
 from pacs.verify import CODE_STATUSES, VerifierPool, score_code
 from pacs.verify.code import extract_code
 from pacs.verify.sandbox import LEVELS, resolve_isolation
@@ -106,7 +106,7 @@ def test_grpo_and_ppo_take_a_step_on_code_rewards(algorithm, tiny_code_model, to
 
 def test_a_run_reads_one_task_from_its_files(toy_code_data, toy_data):
     from pacs.data.schema import read_prepared
-    from pacs.train.prompts import files_task
+    from pacs.train.settings.prompts import files_task
 
     code, math = read_prepared(toy_code_data / "train.parquet"), read_prepared(toy_data / "train.parquet")
     assert files_task(["code.parquet"], [code]) == "code" and files_task(["math.parquet"], [math]) == "math"

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from pacs.config import ConfigError, load_yaml
-from pacs.train.config import load_run_config, objective_config, resolve
+from pacs.train.settings.config import load_run_config, objective_config, resolve
 
 MINIMAL = {"algorithm": {"name": "pacs"}, "model": {"path": "m"}, "data": {"train_files": ["t.parquet"]}}
 
@@ -86,10 +86,10 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
-    from pacs.train.config import OptimConfig, TrainerConfig
     from pacs.train.distributed import DistEnv
     from pacs.train.kernels import adamw, liger_on
     from pacs.train.models import scorer_of, spread
+    from pacs.train.settings.config import OptimConfig, TrainerConfig
 
     default, compiled = TrainerConfig(), TrainerConfig(compile=True)
     assert [liger_on(default, "cuda:0", f) for f in ("qwen2", "qwen3", "llama")] == [True, True, False]

@@ -136,7 +136,7 @@ def test_a_pool_starts_its_workers_at_the_first_call_that_needs_them():
 
 def test_the_trainers_verifier_workers_follow_the_node():
     """verifier.workers null: each rank takes its share of the cores it may run on, less one for itself."""
-    from pacs.train.config import VerifierConfig
+    from pacs.train.settings.config import VerifierConfig
     from pacs.verify.pool import node_workers
 
     assert VerifierConfig().workers is None

@@ -129,7 +129,8 @@ def real_overlay(workdir: Path) -> str:
 TEARDOWN_S = 70
 TEARDOWN_JOB = """
 import os, signal, sys, time
-from pacs.train import launch, segments
+from pacs.train import launch
+from pacs.train import segments
 
 took, run = segments.Segment.took, launch.run
 

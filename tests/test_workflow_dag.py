@@ -15,7 +15,7 @@ import pytest
 import yaml
 from workflow_runs import NO_CLUSTER, REPO, REPORT_JOBS, TINY, job_counts, overlay, place_built, snakemake
 
-from pacs.train.config import load_run_config
+from pacs.train.settings.config import load_run_config
 
 
 def test_lint_is_clean():

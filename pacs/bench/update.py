@@ -88,13 +88,13 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.plan.memory import dims
     from pacs.train import packing
     from pacs.train.batch import token_logprobs, trimmed
-    from pacs.train.config import OptimConfig, TrainerConfig
     from pacs.train.distributed import init_distributed, total_norm
     from pacs.train.kernels import adamw
     from pacs.train.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.minibatch import micro_batch
     from pacs.train.models import scorer_of, spread
     from pacs.train.packing import Micro
+    from pacs.train.settings.config import OptimConfig, TrainerConfig
 
     t = from_dict(TrainerConfig, trainer)
     # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device

@@ -43,10 +43,10 @@ from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
 from pacs.train.batch import rollout_batch
-from pacs.train.config import RunConfig, compute_dtype
 from pacs.train.distributed import DistEnv, init_distributed
 from pacs.train.records import own_peaks
 from pacs.train.rollouts import check_push, engine_options, policy_weights, sampled_logprobs, step_prompts, step_rows
+from pacs.train.settings.config import RunConfig, compute_dtype
 from pacs.train.staleness import RolloutSchedule, Sampled, check_sampled, done
 
 LINK_TIMEOUT = datetime.timedelta(hours=6)  # a trainer waits on the link for a generator's whole batch
@@ -395,7 +395,7 @@ def serve(config: RunConfig, env: DistEnv) -> int:
     """A generator's whole run (module docstring): returns 0 when the trainers need no more batches."""
     from transformers import AutoTokenizer
 
-    from pacs.train.prompts import load_prompts
+    from pacs.train.settings.prompts import load_prompts
     from pacs.verify import VerifierPool
     from pacs.verify.pool import node_workers
 

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from pacs.config import to_dict
-from pacs.train.config import load_run_config
 from pacs.train.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
 from pacs.train.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
+from pacs.train.settings.config import load_run_config
 from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
 

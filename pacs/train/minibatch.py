@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from pacs.train.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
-from pacs.train.config import RunConfig
 from pacs.train.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
+from pacs.train.settings.config import RunConfig
 from pacs.train.varlen import PackedRows, to_device
 
 FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
