@@ -20,9 +20,9 @@ from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, r
 from transformers import AutoModelForCausalLM
 
 from pacs.train import checkpoint as ckpt
-from pacs.train.batch import token_logprobs
-from pacs.train.logprobs import PolicyScorer
 from pacs.train.segments import EXIT_STOPPED
+from pacs.train.tensors.batch import token_logprobs
+from pacs.train.tensors.logprobs import PolicyScorer
 
 STEPS = 4
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pacs.train import checkpoint as ckpt
-from pacs.train.kernels import adamw
 from pacs.train.settings.config import OptimConfig
+from pacs.train.tensors.kernels import adamw
 
 # on CUDA (``pytest -m gpu``) the fused kernel reads ``step`` on the device, the multi-tensor one on the CPU
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False")

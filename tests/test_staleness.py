@@ -23,13 +23,13 @@ from pacs.plan.disk import checkpoint_bytes
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
 from pacs.train import checkpoint as ckpt
-from pacs.train.batch import token_logprobs
 from pacs.train.distributed import DistEnv
-from pacs.train.logprobs import PolicyScorer
 from pacs.train.segments import EXIT_STOPPED
 from pacs.train.settings.config import load_run_config, resolve
 from pacs.train.settings.prompts import Prompts
 from pacs.train.staleness import RolloutSchedule, check_sampled
+from pacs.train.tensors.batch import token_logprobs
+from pacs.train.tensors.logprobs import PolicyScorer
 
 STEPS = 6
 

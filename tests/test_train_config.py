@@ -87,9 +87,9 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
 
     from pacs.config import from_dict
     from pacs.train.distributed import DistEnv
-    from pacs.train.kernels import adamw, liger_on
     from pacs.train.models import scorer_of, spread
     from pacs.train.settings.config import OptimConfig, TrainerConfig
+    from pacs.train.tensors.kernels import adamw, liger_on
 
     default, compiled = TrainerConfig(), TrainerConfig(compile=True)
     assert [liger_on(default, "cuda:0", f) for f in ("qwen2", "qwen3", "llama")] == [True, True, False]

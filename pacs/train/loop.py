@@ -20,7 +20,6 @@ from tqdm import tqdm
 from pacs.algorithms.objectives import Objective, get_objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
-from pacs.train.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.generators import release_generators, schedule
 from pacs.train.memory import phase
@@ -33,6 +32,7 @@ from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
 from pacs.train.sizes import resolve_sizes
 from pacs.train.staleness import RolloutSchedule
+from pacs.train.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
 

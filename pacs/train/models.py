@@ -18,10 +18,10 @@ from pacs.algorithms.objectives import Objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
 from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
-from pacs.train.kernels import adamw, check_device, liger_on, use_liger_kernels
-from pacs.train.logprobs import PolicyScorer
 from pacs.train.settings.config import RunConfig, TrainerConfig, compute_dtype
-from pacs.train.varlen import use_varlen_attention
+from pacs.train.tensors.kernels import adamw, check_device, liger_on, use_liger_kernels
+from pacs.train.tensors.logprobs import PolicyScorer
+from pacs.train.tensors.varlen import use_varlen_attention
 
 
 @dataclass
