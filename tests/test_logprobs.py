@@ -275,8 +275,8 @@ def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
     the first micro-batch as after the last, and fewer than the layers (no layer compiles anew)."""
     from torch._dynamo.utils import counters
 
-    from pacs.train.distributed import DistEnv
     from pacs.train.models import scorer_of, spread
+    from pacs.train.ranks.distributed import DistEnv
     from pacs.train.settings.config import TrainerConfig
 
     n, model = 4, _small_qwen2(num_hidden_layers=12)

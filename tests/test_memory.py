@@ -1,4 +1,4 @@
-"""Memory per phase (``pacs.train.memory``) on the CPU: each phase's resident peak from the kernel's high-water
+"""Memory per phase (``pacs.train.ranks.memory``) on the CPU: each phase's resident peak from the kernel's high-water
 mark, reset at every boundary, and peaks that survive the resets; the preflight's check and table of them
 against the plan's figures for the same phases."""
 
@@ -12,7 +12,6 @@ from test_plan import REPO, tiny_config
 
 from pacs import experiment
 from pacs.plan.memory import PHASES
-from pacs.train.memory import PhaseMemory, reset_resident_peak, resident_peak
 from pacs.train.preflight import (
     PreflightError,
     check_generator_memory,
@@ -21,6 +20,7 @@ from pacs.train.preflight import (
     preflight_run_config,
     run_training,
 )
+from pacs.train.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
 from pacs.train.segments import EXIT_STOPPED
 
 MB = 10**6

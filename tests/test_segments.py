@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pacs.train.distributed import DistEnv
+from pacs.train.ranks.distributed import DistEnv
 from pacs.train.segments import (
     JobOptions,
     Segment,

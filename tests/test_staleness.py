@@ -23,7 +23,7 @@ from pacs.plan.disk import checkpoint_bytes
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
 from pacs.train import checkpoint as ckpt
-from pacs.train.distributed import DistEnv
+from pacs.train.ranks.distributed import DistEnv
 from pacs.train.segments import EXIT_STOPPED
 from pacs.train.settings.config import load_run_config, resolve
 from pacs.train.settings.prompts import Prompts

@@ -21,7 +21,7 @@ from pathlib import Path
 def logprob_peak(mode: str, rows: int, length: int, vocab: int, hidden: int, chunk_size: int, device: str) -> dict:
     import torch
 
-    from pacs.train.memory import resident_peak
+    from pacs.train.ranks.memory import resident_peak
     from pacs.train.tensors.logprobs import ChunkedLogprobs
 
     torch.manual_seed(0)

@@ -87,11 +87,11 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
     from pacs.train import packing
-    from pacs.train.distributed import init_distributed, total_norm
-    from pacs.train.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.minibatch import micro_batch
     from pacs.train.models import scorer_of, spread
     from pacs.train.packing import Micro
+    from pacs.train.ranks.distributed import init_distributed, total_norm
+    from pacs.train.ranks.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.tensors.batch import token_logprobs, trimmed
     from pacs.train.tensors.kernels import adamw
@@ -235,14 +235,14 @@ def profile_step(step, cuda: bool) -> dict:
 
 def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, response_length: int):
     """The trainer config with ``auto`` sizes resolved as a run on this device resolves them (``pacs.plan.fit``,
-    ``pacs.train.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
+    ``pacs.train.ranks.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
     resolved to ({} when none was auto)."""
     import dataclasses
 
     from pacs.config import to_dict
     from pacs.plan.calibration import Calibration
     from pacs.plan.fit import fit_sizes, is_auto
-    from pacs.train.sizes import device_memory
+    from pacs.train.ranks.sizes import device_memory
 
     if not is_auto(to_dict(t)):
         return t, {}

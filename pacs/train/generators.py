@@ -42,7 +42,7 @@ import torch.distributed as dist
 from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
-from pacs.train.distributed import DistEnv, init_distributed
+from pacs.train.ranks.distributed import DistEnv, init_distributed
 from pacs.train.records import own_peaks
 from pacs.train.rollouts import check_push, engine_options, policy_weights, sampled_logprobs, step_prompts, step_rows
 from pacs.train.settings.config import RunConfig, compute_dtype

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import torch
 
-from pacs.train.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
+from pacs.train.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.settings.config import RunConfig
 from pacs.train.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
 from pacs.train.tensors.varlen import PackedRows, to_device

@@ -17,7 +17,7 @@ from pacs import collector
 from pacs.algorithms.objectives import Objective
 from pacs.train import checkpoint as ckpt
 from pacs.train import retention
-from pacs.train.distributed import DistEnv, barrier, full_tensors, wrap
+from pacs.train.ranks.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.train.settings.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.tensors.kernels import adamw, check_device, liger_on, use_liger_kernels
 from pacs.train.tensors.logprobs import PolicyScorer

@@ -9,8 +9,8 @@ import torch
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
 from pacs.io import atomic_write_text
-from pacs.train.distributed import DistEnv, all_reduce, gather_objects
-from pacs.train.memory import PHASES, TRACKER
+from pacs.train.ranks.distributed import DistEnv, all_reduce, gather_objects
+from pacs.train.ranks.memory import PHASES, TRACKER
 from pacs.train.settings.config import RunConfig
 from pacs.train.tensors.batch import Batch
 from pacs.verify import PASSING, status_counts
@@ -18,7 +18,7 @@ from pacs.verify.sandbox import LEVELS
 
 
 def own_peaks() -> dict:
-    """This process's peak memory so far, GB (``pacs.train.memory``): resident (``rss``), on a GPU torch's
+    """This process's peak memory so far, GB (``pacs.train.ranks.memory``): resident (``rss``), on a GPU torch's
     reserved peak without the rollout engine's own pool (``gpu``) and the device's use (``device``), and
     under ``phases`` each phase's."""
     return TRACKER.peaks()

@@ -121,7 +121,7 @@ class Segment:
         self._record("signal", signal=self.signalled, step=self.step)
 
     def begin(self, step: int, sizes: dict | None = None) -> None:
-        """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.sizes``)."""
+        """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.ranks.sizes``)."""
         self._refresh()
         self.step = step
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
@@ -151,7 +151,7 @@ class Segment:
         """Why this job must stop after the step it just finished ("" to go on): the same answer on every rank."""
         import torch
 
-        from pacs.train.distributed import all_reduce
+        from pacs.train.ranks.distributed import all_reduce
 
         self._refresh()
         checkpoint = self.checkpoint_s or self.step_s  # not yet measured: as long as a step
