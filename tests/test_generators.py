@@ -19,8 +19,8 @@ from helpers import descendants, run_until_killed, warm_ranks
 from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, rewards
 from transformers import AutoModelForCausalLM
 
-from pacs.train import checkpoint as ckpt
-from pacs.train.segments import EXIT_STOPPED
+from pacs.train.state import checkpoint as ckpt
+from pacs.train.state.segments import EXIT_STOPPED
 from pacs.train.tensors.batch import token_logprobs
 from pacs.train.tensors.logprobs import PolicyScorer
 

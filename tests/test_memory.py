@@ -12,7 +12,8 @@ from test_plan import REPO, tiny_config
 
 from pacs import experiment
 from pacs.plan.memory import PHASES
-from pacs.train.preflight import (
+from pacs.train.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
+from pacs.train.state.preflight import (
     PreflightError,
     check_generator_memory,
     check_memory,
@@ -20,8 +21,7 @@ from pacs.train.preflight import (
     preflight_run_config,
     run_training,
 )
-from pacs.train.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
-from pacs.train.segments import EXIT_STOPPED
+from pacs.train.state.segments import EXIT_STOPPED
 
 MB = 10**6
 BUFFER = 300 * MB

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from pacs.train import checkpoint as ckpt
 from pacs.train.settings.config import OptimConfig
+from pacs.train.state import checkpoint as ckpt
 from pacs.train.tensors.kernels import adamw
 
 # on CUDA (``pytest -m gpu``) the fused kernel reads ``step`` on the device, the multi-tensor one on the CPU

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pacs.train.ranks.distributed import DistEnv
-from pacs.train.segments import (
+from pacs.train.state.segments import (
     JobOptions,
     Segment,
     check_continuation,

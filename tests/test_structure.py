@@ -89,10 +89,10 @@ def test_no_module_of_pacs_imports_itself_back():
 # 0.6 s importing math-verify (sympy) for configs that only name its extractors, and a third of a second importing
 # matplotlib's pyplot for the report's figure names (workflow/rules/report.smk); the preflight's checkpoint
 # check (its launcher's own) needs torch but not transformers (4 s more)
-LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.segments",
-         "pacs.train.launch", "pacs.train.preflight", "pacs.cli", "pacs.report.figures",
+LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.state.segments",
+         "pacs.train.launch", "pacs.train.state.preflight", "pacs.cli", "pacs.report.figures",
          "pacs.report.tables")  # fmt: skip
-CHECKPOINT_CHECK = ("pacs.train.retention", "pacs.train.checkpoint", "pacs.train.ranks.distributed")
+CHECKPOINT_CHECK = ("pacs.train.state.retention", "pacs.train.state.checkpoint", "pacs.train.ranks.distributed")
 
 
 HEAVY = {

@@ -43,10 +43,10 @@ from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
 from pacs.train.ranks.distributed import DistEnv, init_distributed
-from pacs.train.records import own_peaks
 from pacs.train.rollouts import check_push, engine_options, policy_weights, sampled_logprobs, step_prompts, step_rows
 from pacs.train.settings.config import RunConfig, compute_dtype
 from pacs.train.staleness import RolloutSchedule, Sampled, check_sampled, done
+from pacs.train.state.records import own_peaks
 from pacs.train.tensors.batch import rollout_batch
 
 LINK_TIMEOUT = datetime.timedelta(hours=6)  # a trainer waits on the link for a generator's whole batch

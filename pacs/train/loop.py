@@ -18,20 +18,20 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
-from pacs.train import checkpoint as ckpt
-from pacs.train import retention
 from pacs.train.generators import release_generators, schedule
 from pacs.train.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.ranks.memory import phase
 from pacs.train.ranks.sizes import resolve_sizes
-from pacs.train.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
-from pacs.train.segments import JobOptions, Segment
 from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
 from pacs.train.staleness import RolloutSchedule
+from pacs.train.state import checkpoint as ckpt
+from pacs.train.state import retention
+from pacs.train.state.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
+from pacs.train.state.segments import JobOptions, Segment
 from pacs.train.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
@@ -198,7 +198,7 @@ def train(
     config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None, job: JobOptions | None = None
 ) -> dict:
     """Run, resume, or find finished the training run in ``out``; returns a short summary. The job stops
-    early, saved, when its time or a signal says so (``pacs.train.segments``): status "stopped".
+    early, saved, when its time or a signal says so (``pacs.train.state.segments``): status "stopped".
 
     Every step's record goes to ``out/metrics.jsonl`` and to ``log`` (rank 0 only).
     """

@@ -1,7 +1,7 @@
 """What a run trains and samples from: the models (loaded from the start or from a checkpoint), spread over
 ranks, their checkpoints, and PACS v2's reference reset.
 
-A checkpoint (``pacs.train.checkpoint``) holds the policy in HF format in the compute dtype, what the rollout
+A checkpoint (``pacs.train.state.checkpoint``) holds the policy in HF format in the compute dtype, what the rollout
 engine and evaluation read; where that is below ``model.dtype`` (fsdp computing in bfloat16 over fp32 master
 weights) the masters go beside the optimizers' states, so that a resume continues from the same bits.
 """
@@ -15,10 +15,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from pacs import collector
 from pacs.algorithms.objectives import Objective
-from pacs.train import checkpoint as ckpt
-from pacs.train import retention
 from pacs.train.ranks.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.train.settings.config import RunConfig, TrainerConfig, compute_dtype
+from pacs.train.state import checkpoint as ckpt
+from pacs.train.state import retention
 from pacs.train.tensors.kernels import adamw, check_device, liger_on, use_liger_kernels
 from pacs.train.tensors.logprobs import PolicyScorer
 from pacs.train.tensors.varlen import use_varlen_attention

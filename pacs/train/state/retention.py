@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 
 from pacs.io import atomic_write_json
-from pacs.train import checkpoint as ckpt
 from pacs.train.ranks.distributed import DistEnv, barrier, gather_objects
+from pacs.train.state import checkpoint as ckpt
 
 MANIFEST = "manifest.json"
 # what only a resume reads; the rest of a checkpoint is the policy in HF format and its tokenizer
