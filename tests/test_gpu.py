@@ -369,9 +369,9 @@ def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict
 
     from pacs.algorithms.objectives import get_objective
     from pacs.train.loop import prepare_whole_batch, score_batch, update_models
-    from pacs.train.models import load_models
     from pacs.train.ranks.distributed import full_tensors, init_distributed
     from pacs.train.settings.config import objective_config, resolve
+    from pacs.train.update.models import load_models
 
     prompts = 4
     config = resolve({"algorithm": {"name": "pacs", "options": {"reward_proxy": "reference"}},
@@ -528,11 +528,11 @@ def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
     from test_logprobs import _grouped_batch, _small_qwen2
 
     from pacs.algorithms.objectives import get_objective
-    from pacs.train.minibatch import accumulate, device_pass
-    from pacs.train.packing import fixed_plan
     from pacs.train.ranks.distributed import DistEnv
     from pacs.train.tensors.batch import token_logprobs
     from pacs.train.tensors.logprobs import PolicyScorer
+    from pacs.train.update.minibatch import accumulate, device_pass
+    from pacs.train.update.packing import fixed_plan
 
     n, batch = 4, _grouped_batch(4)  # on the host, as the trainer keeps a step's rows
     rows = batch["response_mask"].shape[0]
@@ -556,7 +556,7 @@ def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
 def test_a_mini_batch_never_waits_for_the_gpu_between_micro_batches():
     """The no-grad pass and the update's micro-batches under torch.cuda.set_sync_debug_mode("error"): any wait
     for the device inside them is an error. The host waits only after them, for the gradient norm and the
-    metrics (pacs.train.minibatch.update)."""
+    metrics (pacs.train.update.minibatch.update)."""
 
     def warm_then_strict(fn):
         fn()  # compiles FlexAttention, warms the allocators

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from pacs.bench.memory import measure_in_fresh_process, padding
-from pacs.train.packing import cost, deal, equalize, fixed_plan, pack
 from pacs.train.tensors.batch import token_logprobs
 from pacs.train.tensors.logprobs import ChunkedLogprobs, PolicyScorer, chunked_entropy
+from pacs.train.update.packing import cost, deal, equalize, fixed_plan, pack
 
 
 def test_chunked_logprobs_and_entropy_equal_the_full_computation():
@@ -269,15 +269,15 @@ def test_packed_critic_values_and_gradients_equal_the_padded_ones():
 
 @pytest.mark.slow
 def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
-    """trainer.compile (``pacs.train.models.spread``: each decoder layer compiled with dynamic shapes, the
+    """trainer.compile (``pacs.train.update.models.spread``: each decoder layer compiled with dynamic shapes, the
     packed attention left eager) under activation checkpointing: the eager log-probs and gradients, on two
     micro-batches of different lengths, and a 12-layer model compiled once: Dynamo's graphs are as many after
     the first micro-batch as after the last, and fewer than the layers (no layer compiles anew)."""
     from torch._dynamo.utils import counters
 
-    from pacs.train.models import scorer_of, spread
     from pacs.train.ranks.distributed import DistEnv
     from pacs.train.settings.config import TrainerConfig
+    from pacs.train.update.models import scorer_of, spread
 
     n, model = 4, _small_qwen2(num_hidden_layers=12)
     eager, compiled = (TrainerConfig(gradient_checkpointing=True, compile=c) for c in (False, True))

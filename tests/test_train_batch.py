@@ -110,7 +110,7 @@ def test_micro_batches_and_logprob_chunks_do_not_change_the_update(raw_tiny_mode
 
 
 def test_non_finite_gradients_skip_the_step_and_are_counted():
-    from pacs.train.minibatch import update
+    from pacs.train.update.minibatch import update
 
     model = torch.nn.Linear(1, 1)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -144,8 +144,8 @@ def test_old_logprobs_from_the_update_forward_equal_a_separate_pass(raw_tiny_mod
 
     from pacs.algorithms.objectives import get_objective
     from pacs.train import loop
-    from pacs.train.models import load_models
     from pacs.train.settings.config import load_run_config, objective_config
+    from pacs.train.update.models import load_models
 
     trainer = {"batch_size": 8, "mini_batch_size": mini_batch_size, "micro_batch_size": 2}
     path = write_run_config(tmp_path / "run.yaml", raw_tiny_model, toy_data, algorithm={"name": algorithm},

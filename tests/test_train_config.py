@@ -86,10 +86,10 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
-    from pacs.train.models import scorer_of, spread
     from pacs.train.ranks.distributed import DistEnv
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.tensors.kernels import adamw, liger_on
+    from pacs.train.update.models import scorer_of, spread
 
     default, compiled = TrainerConfig(), TrainerConfig(compile=True)
     assert [liger_on(default, "cuda:0", f) for f in ("qwen2", "qwen3", "llama")] == [True, True, False]
@@ -133,8 +133,8 @@ def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_mo
     from helpers import qwen3_like, transformers_modules_kept
 
     from pacs.algorithms.objectives import get_objective
-    from pacs.train import models as train_models
     from pacs.train.ranks.distributed import DistEnv
+    from pacs.train.update import models as train_models
 
     modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     transformers_modules_kept(monkeypatch)

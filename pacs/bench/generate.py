@@ -25,10 +25,10 @@ def generate_worker(shape: str, overrides: dict, trainer: dict, prompts: int, n:
     from pacs.models.shapes import model_config
     from pacs.rollout import SamplingParams
     from pacs.rollout.hf import HFEngine
-    from pacs.train.models import scorer_of, spread
     from pacs.train.ranks.distributed import gather_objects, init_distributed
     from pacs.train.rollouts import hf_engine
     from pacs.train.settings.config import TrainerConfig
+    from pacs.train.update.models import scorer_of, spread
 
     t = from_dict(TrainerConfig, trainer)
     env = init_distributed(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),

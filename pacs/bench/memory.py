@@ -61,7 +61,7 @@ def padding(prompt_lengths, response_lengths, n: int, micro_batch_size: int, bud
     """Tokens computed (padding included) over the groups, fixed micro-batches against a token budget."""
     import torch
 
-    from pacs.train.packing import fixed_plan, pack, padded_tokens
+    from pacs.train.update.packing import fixed_plan, pack, padded_tokens
 
     prompt, response = torch.as_tensor(prompt_lengths), torch.as_tensor(response_lengths)
     groups = len(prompt) // n

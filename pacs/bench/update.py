@@ -1,7 +1,7 @@
 """Memory and speed of the training update alone, per rank, for a model built from a shape with random weights.
 
 Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is
-built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.models.spread``: ddp or
+built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.update.models.spread``: ddp or
 FSDP2, compute dtype, activation checkpointing, Liger), and given ``steps`` AdamW updates on random token
 sequences. An update is a mini-batch of ``rows`` rows per rank in micro-batches of whole groups, by
 ``trainer.max_tokens_per_micro_batch`` (first-fit as the trainer packs them; ``auto``: the memory plan's for this
@@ -59,7 +59,7 @@ def batch_work(batch, n: int, shared: bool, packed: bool) -> dict:
     (each group's prompt once when ``shared``), the positions it computes (padding included unless
     ``packed``), and the keys attended summed over those positions (causal; a shared prompt's keys are read
     by each of its responses)."""
-    from pacs.train.packing import lengths
+    from pacs.train.update.packing import lengths
 
     prompt, response = (x.tolist() for x in lengths(batch))
     rows, width = batch["input_ids"].shape
@@ -86,15 +86,15 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
-    from pacs.train import packing
-    from pacs.train.minibatch import micro_batch
-    from pacs.train.models import scorer_of, spread
-    from pacs.train.packing import Micro
     from pacs.train.ranks.distributed import init_distributed, total_norm
     from pacs.train.ranks.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.tensors.batch import token_logprobs, trimmed
     from pacs.train.tensors.kernels import adamw
+    from pacs.train.update import packing
+    from pacs.train.update.minibatch import micro_batch
+    from pacs.train.update.models import scorer_of, spread
+    from pacs.train.update.packing import Micro
 
     t = from_dict(TrainerConfig, trainer)
     # fsdp alone: FSDP2 over a group of one, bf16 compute over fp32 master weights on one device

@@ -279,7 +279,7 @@ class OwnPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from pacs.rollout.hf import HFEngine
-        from pacs.train.models import scorer_of
+        from pacs.train.update.models import scorer_of
 
         self.config = config
         self.pushed_dtype = compute_dtype(config)
@@ -291,7 +291,7 @@ class OwnPolicy:
         self.scorer = scorer_of(self.model, config.trainer)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        from pacs.train.minibatch import policy_logprobs
+        from pacs.train.update.minibatch import policy_logprobs
 
         completions = self.hf.generate(prompts, params)
         batch = rollout_batch(prompts, completions, self.hf.pad_token_id)

@@ -19,8 +19,6 @@ from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
 from pacs.train.generators import release_generators, schedule
-from pacs.train.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
-from pacs.train.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.ranks.memory import phase
 from pacs.train.ranks.sizes import resolve_sizes
@@ -33,6 +31,8 @@ from pacs.train.state import retention
 from pacs.train.state.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
 from pacs.train.state.segments import JobOptions, Segment
 from pacs.train.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
+from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
+from pacs.train.update.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
 

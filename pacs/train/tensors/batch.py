@@ -16,7 +16,7 @@ from pacs.rollout import Completion
 
 Batch = dict[str, Tensor]
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")  # (B, P + T); the rest are (B, ·)
-PACKED = "packed"  # a micro-batch's PackedRows on the device, beside its tensors (pacs.train.minibatch)
+PACKED = "packed"  # a micro-batch's PackedRows on the device, beside its tensors (pacs.train.update.minibatch)
 
 
 def rollout_batch(prompts: list[list[int]], completions: list[list[Completion]], pad_token_id: int) -> Batch:

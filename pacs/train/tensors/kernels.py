@@ -7,7 +7,7 @@
   liger-kernel 0.8.5, and every MLP) and, process-wide, the model family's
   module in transformers: its ``apply_rotary_pos_emb``, its RMSNorm class and its MLP class. Every model of that
   family built later in the process (a reference, a critic, an evaluation's model) is then built from Liger's
-  modules; the trainer passes each of its models here all the same (``pacs.train.models.spread``), so the policy,
+  modules; the trainer passes each of its models here all the same (``pacs.train.update.models.spread``), so the policy,
   the reference and the critic compute alike. Not with ``trainer.compile`` (refused: ``TrainerConfig``; its
   default stays off under compile).
 - ``trainer.attention_autotune``: the packed rows' FlexAttention compiled with autotuning, its backward

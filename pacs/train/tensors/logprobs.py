@@ -172,7 +172,7 @@ class PolicyScorer(torch.nn.Module):
                 generate: dict | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """``entropy``: None, "no_grad" (for logging) or "grad" (an entropy loss term). ``group_size``: rows
         come in groups of this many with one prompt (shared when ``share_prompt``). ``packed``: the rows' layout
-        when ``pack``, built on the host (``pacs.train.minibatch``); without it, read from the masks (which waits
+        when ``pack``, built on the host (``pacs.train.update.minibatch``); without it, read from the masks (which waits
         for the device). ``generate``: instead, the model's ``generate(**generate)``, inside this module's
         forward so that FSDP2 gathers the parameters around it as it does around scoring."""
         if generate is not None:

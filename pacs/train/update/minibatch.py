@@ -1,7 +1,7 @@
 """Mini-batches and micro-batches: the passes over a step's rows without gradients (old log-probs, reference
 log-probs, values) and the optimizer steps with gradient accumulation, for any objective's loss.
 
-A micro-batch is whole groups, by a fixed number of prompts or by a token budget (``pacs.train.packing``);
+A micro-batch is whole groups, by a fixed number of prompts or by a token budget (``pacs.train.update.packing``);
 each goes to the device trimmed of the columns that are padding in all its rows, by queued copies, with its
 packed layout built on the host (``pacs.train.tensors.varlen``). Nothing between two micro-batches waits for the
 device: outputs and metrics stay there, and reach the host once per pass or mini-batch.
@@ -12,11 +12,11 @@ import math
 import numpy as np
 import torch
 
-from pacs.train.packing import Micro, balanced_plan, budget_plan, fixed_plan
 from pacs.train.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.settings.config import RunConfig
 from pacs.train.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
 from pacs.train.tensors.varlen import PackedRows, to_device
+from pacs.train.update.packing import Micro, balanced_plan, budget_plan, fixed_plan
 
 FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already
 HOST_KEYS = ("row",)  # read by the host inside a micro-batch's loss: kept there
@@ -134,7 +134,7 @@ def update(
     objective on the whole global mini-batch (a sum's times ``sum_scale``), for any micro-batches and any number
     of ranks. It is clipped to ``grad_clip`` in global norm (torch's ``clip_grad_norm_``, as verl's).
     Micro-batches are ``micro_rows`` rows of this rank's share, or, with ``max_tokens``, the global mini-batch's
-    groups dealt to ranks by tokens and packed up to the budget (``pacs.train.packing``). ``pack``: the rows go
+    groups dealt to ranks by tokens and packed up to the budget (``pacs.train.update.packing``). ``pack``: the rows go
     through the model packed in groups of that size (``pack_group``), and budgets count their own tokens, no
     padding. ``mask``: the positions a "tokens" reduction averages over (the critic's: its states,
     ``value_mask``). Metrics are averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss as
