@@ -26,7 +26,7 @@ from pacs.rollout.hf import HFEngine
 from pacs.train.loop import prepare_whole_batch, score_batch, update_models
 from pacs.train.ranks.distributed import DistEnv, full_tensors, init_distributed, wrap
 from pacs.train.ranks.sizes import resolve_sizes
-from pacs.train.rollouts import hf_engine, rank_share
+from pacs.train.sampling.rollouts import hf_engine, rank_share
 from pacs.train.settings.config import objective_config, resolve
 from pacs.train.tensors.batch import add_value_states, rollout_batch, token_logprobs, token_values
 from pacs.train.tensors.logprobs import PolicyScorer
@@ -400,7 +400,7 @@ def vllm_push_check(start: str, trained: str, heldout: str, out: str) -> None:
 
     from pacs.rollout.base import stop_token_ids
     from pacs.rollout.vllm import VLLMEngine, VLLMOptions
-    from pacs.train.rollouts import logprob_gap, push_weights, sampled_logprobs
+    from pacs.train.sampling.rollouts import logprob_gap, push_weights, sampled_logprobs
 
     torch.set_num_threads(int(threads()))
     tokenizer = AutoTokenizer.from_pretrained(trained)

@@ -186,21 +186,21 @@ def test_two_steps_off_stopped_by_the_segment_signal_resumes_bitwise(tiny_model,
 
 
 PUSH_FAULTS = {  # what the patch does on every rank -> what the run must say
-    "skipped": ("from pacs.train.generators import OwnPolicy\n"
+    "skipped": ("from pacs.train.sampling.generators import OwnPolicy\n"
                 "OwnPolicy.update_weights = lambda self, weights: [None for _ in weights]",
                 r"step 1: after the weight push \(generator 0\) the rollout engine holds other weights than the "
                 r"trainer's: \d+ of 27 tensors differ: .* \(it holds the weights after update 0: the push of update 1 "
                 r"was not applied\)"),
-    "partial": ("from pacs.train.generators import OwnPolicy\npush = OwnPolicy.update_weights\n"
+    "partial": ("from pacs.train.sampling.generators import OwnPolicy\npush = OwnPolicy.update_weights\n"
                 "OwnPolicy.update_weights = lambda self, weights: push(self, ((k, v) for k, v in weights "
                 "if k != 'model.norm.weight'))",
                 r"step 1: after the weight push \(generator 0\) .*: 1 of 27 tensors differ: model.norm.weight$"),
-    "doubled": ("from pacs.train.generators import RemoteRollouts\ncheck = RemoteRollouts.check\n"
+    "doubled": ("from pacs.train.sampling.generators import RemoteRollouts\ncheck = RemoteRollouts.check\n"
                 "RemoteRollouts.check = lambda self, step, push, policy=None: check(self, 1 if push else step, push, "
                 "policy)",
                 r"generator 0: the push of update 1 arrived where update 2 was due \(this generator holds "
                 r"the weights after update 1\): a push out of sequence"),
-    "early": ("from pacs.train.generators import Generator\n"
+    "early": ("from pacs.train.sampling.generators import Generator\n"
               "Generator.weights_for = lambda self, step: max(0, step - 2)",
               r"step 2: its rollouts were sampled by the weights after update 0, older than the weights after "
               r"update 1 that rollout.staleness 1 schedules"),
@@ -259,7 +259,7 @@ def test_a_vllm_generator_beside_two_fsdp2_trainers(vllm_installed, tiny_model, 
 
 
 def test_generator_ranks_need_a_rank_to_train(tiny_model, toy_data, tmp_path, monkeypatch):
-    from pacs.train.generators import join
+    from pacs.train.sampling.generators import join
     from pacs.train.settings.config import load_run_config
 
     config = load_run_config(beside_config(tmp_path / "run.yaml", tiny_model, toy_data, generators=2))

@@ -23,9 +23,9 @@ from pacs.plan.disk import checkpoint_bytes
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
 from pacs.train.ranks.distributed import DistEnv
+from pacs.train.sampling.staleness import RolloutSchedule, check_sampled
 from pacs.train.settings.config import load_run_config, resolve
 from pacs.train.settings.prompts import Prompts
-from pacs.train.staleness import RolloutSchedule, check_sampled
 from pacs.train.state import checkpoint as ckpt
 from pacs.train.state.segments import EXIT_STOPPED
 from pacs.train.tensors.batch import token_logprobs
@@ -251,7 +251,7 @@ def test_vllm_one_step_off_samples_with_the_scheduled_weights_and_resumes_from_i
 
 
 def test_a_resumed_engine_holding_other_weights_is_named_as_started_from_the_checkpoint():
-    from pacs.train.rollouts import check_push
+    from pacs.train.sampling.rollouts import check_push
 
     with pytest.raises(StaleRolloutError, match=r"step 3: started from the checkpoint the rollout engine holds other "
                                                 r"weights than the trainer's: 1 of 2 tensors differ: b$"):  # fmt: skip

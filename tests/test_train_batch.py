@@ -5,7 +5,7 @@ from transformers import AutoModelForCausalLM
 
 from pacs.rollout import Completion
 from pacs.train.ranks.distributed import DistEnv
-from pacs.train.rollouts import step_rows
+from pacs.train.sampling.rollouts import step_rows
 from pacs.train.tensors.batch import add_value_states, group_slices, rollout_batch, token_logprobs, trimmed
 from pacs.train.tensors.logprobs import PolicyScorer
 

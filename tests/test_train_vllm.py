@@ -26,7 +26,7 @@ from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.vllm import kv_cache_bytes
 from pacs.train.ranks.distributed import DistEnv
-from pacs.train.rollouts import check_logprob_gap, logprob_gap, sampled_logprobs
+from pacs.train.sampling.rollouts import check_logprob_gap, logprob_gap, sampled_logprobs
 from pacs.train.settings.config import DEFAULT_LOGPROB_GAP, resolve
 from pacs.train.state import checkpoint as ckpt
 

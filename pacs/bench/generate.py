@@ -26,7 +26,7 @@ def generate_worker(shape: str, overrides: dict, trainer: dict, prompts: int, n:
     from pacs.rollout import SamplingParams
     from pacs.rollout.hf import HFEngine
     from pacs.train.ranks.distributed import gather_objects, init_distributed
-    from pacs.train.rollouts import hf_engine
+    from pacs.train.sampling.rollouts import hf_engine
     from pacs.train.settings.config import TrainerConfig
     from pacs.train.update.models import scorer_of, spread
 

@@ -6,7 +6,7 @@
 - **reference** (a reference reset: PACS v2): a snapshot of the policy in the compute dtype;
 - **resume**: AdamW's two moments of every trained model in ``model.dtype``, and the policy's master weights
   when the HF weights are in a lower dtype than ``model.dtype``;
-- **inflight** (``rollout.staleness`` k ≥ 1): the k batches sampled ahead (``pacs.train.staleness``), at
+- **inflight** (``rollout.staleness`` k ≥ 1): the k batches sampled ahead (``pacs.train.sampling.staleness``), at
   most: every row padded to the longest prompt and response (token ids, attention mask and positions in
   int64), the response mask and the behaviour log-probs (fp32), and the completions as pickled (token ids,
   log-probs and text): ``INFLIGHT_RESPONSE_BYTES`` a response token.

@@ -47,8 +47,8 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
     from pacs.train.ranks.distributed import init_distributed
 
     config = load_run_config(config_path)
-    if config.rollout.generator_ranks:  # the job's last ranks generate for the others (pacs.train.generators)
-        from pacs.train.generators import join, serve
+    if config.rollout.generator_ranks:  # the job's last ranks generate for the others (pacs.train.sampling.generators)
+        from pacs.train.sampling.generators import join, serve
 
         env = join(config)
         if env.role.generator is not None:

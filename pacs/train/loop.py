@@ -18,14 +18,14 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
-from pacs.train.generators import release_generators, schedule
 from pacs.train.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.train.ranks.memory import phase
 from pacs.train.ranks.sizes import resolve_sizes
-from pacs.train.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
+from pacs.train.sampling.generators import release_generators, schedule
+from pacs.train.sampling.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
+from pacs.train.sampling.staleness import RolloutSchedule
 from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
-from pacs.train.staleness import RolloutSchedule
 from pacs.train.state import checkpoint as ckpt
 from pacs.train.state import retention
 from pacs.train.state.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics

@@ -2,7 +2,7 @@
 
 A step's phases have different owners of the device (``pacs.plan.memory`` counts the same ones):
 
-- ``generate``: the rollout engine samples (``pacs.train.rollouts.rollout``): vLLM awake, its weights and KV
+- ``generate``: the rollout engine samples (``pacs.train.sampling.rollouts.rollout``): vLLM awake, its weights and KV
   cache beside the trainer's state; transformers' cache instead with ``rollout.engine: hf``;
 - ``no_grad``: old log-probs, reference log-probs and values (``score_batch``);
 - ``update``: the critic's and the actor's updates (``update_models``), vLLM asleep where

@@ -52,11 +52,11 @@ class RolloutConfig:
     # (gross mismatch: another model, a dtype bug); null: never. Unset: by the compute dtype
     # (DEFAULT_LOGPROB_GAP). vllm only: hf samples from the policy itself
     max_logprob_gap: float | None = 1e-3
-    # step t trains on rollouts sampled by the weights after update max(0, t - staleness) (pacs.train.staleness);
-    # 0: on-policy, each step samples with the weights it updates
+    # step t trains on rollouts sampled by the weights after update max(0, t - staleness)
+    # (pacs.train.sampling.staleness); 0: on-policy, each step samples with the weights it updates
     staleness: int = 0
-    # the job's last generator_ranks ranks only generate and score, the others train (pacs.train.generators); 0:
-    # every rank generates and trains
+    # the job's last generator_ranks ranks only generate and score, the others train
+    # (pacs.train.sampling.generators); 0: every rank generates and trains
     generator_ranks: int = 0
 
     def __post_init__(self):

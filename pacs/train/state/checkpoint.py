@@ -168,7 +168,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_rank_state(staging: Path, rank: int, inflight: dict | None = None) -> None:
-    """This rank's RNG state, and the batches it sampled ahead (``pacs.train.staleness``) where there are."""
+    """This rank's RNG state, and the batches it sampled ahead (``pacs.train.sampling.staleness``) where there are."""
     torch.save(rng_state(), staging / f"rng_rank{rank}.pt")
     if inflight is not None:
         torch.save(inflight, staging / f"inflight_rank{rank}.pt")

@@ -124,7 +124,7 @@ def save_checkpoint(root: Path, step: int, models: Models, config: RunConfig, en
                     keep_weights: Path | None = None, inflight: dict | None = None) -> None:  # fmt: skip
     """The models consolidated in HF format by rank 0 (the policy in the compute dtype), the optimizers and
     any master weights the HF files lack sharded by every rank (DCP), each rank's ``inflight`` batches sampled
-    ahead (``pacs.train.staleness``), a manifest; then, published, the older checkpoints thinned as
+    ahead (``pacs.train.sampling.staleness``), a manifest; then, published, the older checkpoints thinned as
     ``checkpoint.keep_resumable`` and ``keep_weights`` (or the file ``keep_weights``) say."""
     staging = ckpt.staging_dir(root, step)
     if env.main:

@@ -18,7 +18,7 @@ max(0, s − k) and sends it (asynchronously, so a push it must take first is ne
 the engine's log-probs of them (``hf``: its own forward's, with the weights that sampled), finish reasons,
 the verifier's verdicts, the update and fingerprint of its weights. Trainer 0 deals each trainer its share,
 every prompt's group whole. The batches in flight live on the trainers, so a checkpoint holds them
-(``pacs.train.staleness``); steps past the run's end are sampled as the colocated schedule does.
+(``pacs.train.sampling.staleness``); steps past the run's end are sampled as the colocated schedule does.
 
 What goes wrong is named: a push not applied or applied in part (the generator's fingerprints against the
 trainers'), a push sent twice or out of sequence (the header's update against the generator's), a batch sampled
@@ -43,9 +43,16 @@ from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
 from pacs.train.ranks.distributed import DistEnv, init_distributed
-from pacs.train.rollouts import check_push, engine_options, policy_weights, sampled_logprobs, step_prompts, step_rows
+from pacs.train.sampling.rollouts import (
+    check_push,
+    engine_options,
+    policy_weights,
+    sampled_logprobs,
+    step_prompts,
+    step_rows,
+)
+from pacs.train.sampling.staleness import RolloutSchedule, Sampled, check_sampled, done
 from pacs.train.settings.config import RunConfig, compute_dtype
-from pacs.train.staleness import RolloutSchedule, Sampled, check_sampled, done
 from pacs.train.state.records import own_peaks
 from pacs.train.tensors.batch import rollout_batch
 
@@ -432,7 +439,7 @@ def serve(config: RunConfig, env: DistEnv) -> int:
 def sample(step: int, config: RunConfig, engine, prompts, pool, j: int, generators: int) -> dict:
     """Generator ``j``'s share of step ``step``'s prompts (a contiguous part of the step's rows), sampled and
     scored: what it sends the trainers."""
-    from pacs.train.rollouts import sampling_params
+    from pacs.train.sampling.rollouts import sampling_params
 
     t, n = config.trainer, config.rollout.n
     rows = np.array_split(step_rows(step, len(prompts.token_ids), t.batch_size, t.seed, config.data.shuffle),

@@ -17,7 +17,7 @@ Each batch carries the update step of the weights that sampled it and their fing
 tensors the engine holds readably, as the last checked push left them; ``hf`` samples from the policy object
 itself and has none). A batch used at step t from other weights than those after update max(0, t − k) stops
 the run with ``StaleRolloutError`` naming the updates (``check_sampled``). On these ranks a push that goes
-wrong is stopped before by the push's own check (``pacs.train.rollouts.push_weights``); this check holds the
+wrong is stopped before by the push's own check (``pacs.train.sampling.rollouts.push_weights``); this check holds the
 queue of batches, saved and resumed, to the schedule. At a checkpoint the k batches sampled
 ahead, with their verdicts, are saved inside it (``inflight_rank{r}.pt``, in its manifest) and loaded on
 resume, never sampled again from newer weights; a resumed ``vllm`` engine is checked against the trainer's
@@ -35,7 +35,7 @@ from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.fingerprint import weights_fingerprint
 from pacs.train.ranks.distributed import DistEnv
 from pacs.train.ranks.memory import phase
-from pacs.train.rollouts import push_weights, rollout
+from pacs.train.sampling.rollouts import push_weights, rollout
 from pacs.train.settings.config import RunConfig
 from pacs.train.tensors.batch import Batch
 from pacs.train.update.minibatch import policy_logprobs

@@ -1,0 +1,4 @@
+"""Rollouts: a step's sampling, the weight push and its check (``rollouts``), rollouts k steps off policy
+(``staleness``), and generator ranks (``generators``).
+
+May import every other room of ``pacs.train``."""
