@@ -259,7 +259,7 @@ def test_a_vllm_generator_beside_two_fsdp2_trainers(vllm_installed, tiny_model, 
 
 
 def test_generator_ranks_need_a_rank_to_train(tiny_model, toy_data, tmp_path, monkeypatch):
-    from pacs.train.sampling.generators import join
+    from pacs.train.sampling.link import join
     from pacs.train.settings.config import load_run_config
 
     config = load_run_config(beside_config(tmp_path / "run.yaml", tiny_model, toy_data, generators=2))

@@ -1,1 +1,3 @@
-"""Training: one loop for every objective, data parallel, checkpoints with exact resume."""
+"""Training: one loop for every objective (``loop``: the algorithm) and the job that runs it (``launch``),
+over rooms that each hold one part of it and import only the rooms below them: ``settings`` and ``tensors``,
+then ``ranks``, ``state``, ``update`` and ``sampling``."""

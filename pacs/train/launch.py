@@ -48,7 +48,8 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
 
     config = load_run_config(config_path)
     if config.rollout.generator_ranks:  # the job's last ranks generate for the others (pacs.train.sampling.generators)
-        from pacs.train.sampling.generators import join, serve
+        from pacs.train.sampling.generators import serve
+        from pacs.train.sampling.link import join
 
         env = join(config)
         if env.role.generator is not None:

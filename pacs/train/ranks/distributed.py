@@ -25,7 +25,7 @@ class DistEnv:
     device: str = "cpu"  # where models and micro-batches go: cuda:LOCAL_RANK on a GPU node
     local_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
     # beside generator ranks (rollout.generator_ranks), this rank's place among them
-    # (pacs.train.sampling.generators.Role)
+    # (pacs.train.sampling.link.Role)
     role: object = field(default=None, compare=False, repr=False)
 
     @property
