@@ -36,10 +36,11 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from pacs.verify.harness import landlock_abi  # the harness is standard library only: importable here too
+from pacs.verify.confinement import landlock_abi  # standard library only: importable here too
 
 HARNESS = Path(__file__).with_name("harness.py")
 GRADERS = HARNESS.with_name("graders.py")  # loaded by the harness from beside itself (graders' profiles)
+CONFINEMENT = HARNESS.with_name("confinement.py")  # likewise: the policy of its children
 LEVELS = ("bubblewrap+seccomp", "limits+seccomp+landlock", "limits+seccomp", "limits")
 NOBODY = 65534
 STARTUP_GRACE_S = 10.0  # the sandbox's own start (bwrap, the interpreter, the harness's imports)
@@ -108,7 +109,8 @@ def bubblewrap_command(tmpfs_bytes: int, packages: list[str]) -> list[str]:
         "--new-session", "--clearenv", "--cap-drop", "ALL",
         "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
         "--ro-bind", str(HARNESS), "/sandbox/harness.py",
-        "--ro-bind", str(GRADERS), "/sandbox/graders.py", "--proc", "/proc", "--dev", "/dev",
+        "--ro-bind", str(GRADERS), "/sandbox/graders.py", "--ro-bind", str(CONFINEMENT), "/sandbox/confinement.py",
+        "--proc", "/proc", "--dev", "/dev",
         "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(1 << 20), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev", "--remount-ro", "/", "--disable-userns", "--as-pid-1", "--chdir", "/tmp",
         python, "-I", "/sandbox/harness.py",
