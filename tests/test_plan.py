@@ -18,7 +18,7 @@ from pacs.config import ConfigError
 from pacs.models.shapes import model_config, model_shape
 from pacs.plan.calibration import Calibration
 from pacs.plan.decode import decode_seconds, spread
-from pacs.plan.jobs import format_plan
+from pacs.plan.markdown import format_plan
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
 REPO = Path(__file__).resolve().parents[1]

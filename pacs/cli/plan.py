@@ -19,7 +19,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pacs import experiment
     from pacs.config import read_yaml
     from pacs.io import atomic_write_text
-    from pacs.plan.jobs import format_plan
+    from pacs.plan.markdown import format_plan
 
     config = {}
     for path in args.configs:  # later files override earlier ones key by key, as snakemake --configfile does

@@ -28,7 +28,7 @@ from pacs.plan.decode import decode_seconds, generation_seconds, spread
 from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
 from pacs.plan.fit import AUTO, Fit, fit_sizes, is_auto
 from pacs.plan.memory import DTYPE_BYTES, PHASES, dims, evaluation_memory, training_memory
-from pacs.plan.overlap import format_overlap, splits
+from pacs.plan.overlap import splits
 
 # DeepScaleR's problems average 219 characters (the 803-problem subset): about 70 Qwen tokens, plus 18 for
 # the instruction and about 30 for the chat template
@@ -210,7 +210,7 @@ def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int,
     return job
 
 
-def _gb(n: float) -> str:
+def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
@@ -244,9 +244,9 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
         parts = job.memory[phase]
         total = sum(parts.values())
         if total > limit:
-            listed = ", ".join(f"{k} {_gb(v)}" for k, v in largest(parts, len(parts)))
-            job.errors.append(f"{job.name}: the {phase} phase needs {_gb(total)} per GPU ({listed}), more than the "
-                              f"{_gb(limit)} of a {cal.gpu}; change {memory_fixes(parts, keys)}")  # fmt: skip
+            listed = ", ".join(f"{k} {gb(v)}" for k, v in largest(parts, len(parts)))
+            job.errors.append(f"{job.name}: the {phase} phase needs {gb(total)} per GPU ({listed}), more than the "
+                              f"{gb(limit)} of a {cal.gpu}; change {memory_fixes(parts, keys)}")  # fmt: skip
     _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 
@@ -259,9 +259,9 @@ def _check_kv(job: Job, keys: str, fewest: int = 1) -> None:
     kv = job.memory.get("kv_cache")
     if job.gpus and kv and kv["cache"] < fewest * kv["per_sequence"]:
         what = "one sequence" if fewest == 1 else f"the {fewest} sequences at once an evaluation needs to run at speed"
-        job.errors.append(f"{job.name}: vLLM's share holds {_gb(max(kv['cache'], 0))} of KV cache after its "
-                          f"{_gb(kv['weights'])} of weights per GPU, less than {what} of {kv['max_model_len']} "
-                          f"tokens ({_gb(kv['per_sequence'])} each); change {keys}")  # fmt: skip
+        job.errors.append(f"{job.name}: vLLM's share holds {gb(max(kv['cache'], 0))} of KV cache after its "
+                          f"{gb(kv['weights'])} of weights per GPU, less than {what} of {kv['max_model_len']} "
+                          f"tokens ({gb(kv['per_sequence'])} each); change {keys}")  # fmt: skip
 
 
 @dataclass
@@ -344,7 +344,7 @@ def plan_experiment(config: dict, runs: dict, evaluations: list[dict], models: d
         jobs.append(job)
     plan = Plan(jobs, cal, settings)
     if settings.disk_quota is not None and plan.disk_bytes > settings.disk_quota * 1e9:
-        jobs[0].errors.append(f"the experiment's checkpoints peak at {_gb(plan.disk_bytes)}, more than "
+        jobs[0].errors.append(f"the experiment's checkpoints peak at {gb(plan.disk_bytes)}, more than "
                               f"plan.disk_quota ({settings.disk_quota:.0f} GB); change train.checkpoint.save_every, "
                               "train.checkpoint.keep_resumable, eval.checkpoints or eval.every (the steps whose "
                               "weights are kept), or run fewer models or methods at once")  # fmt: skip
@@ -359,89 +359,3 @@ def checkpoint_seconds(job: Job, cal: Calibration) -> float:
 
 def startup_seconds(job: Job, cal: Calibration) -> float:
     return job.startup_s if job.startup_s is not None else cal.startup_s
-
-
-def train_mfu(cal: Calibration) -> str:
-    """The update's MFU as the plan prices it: one figure, or one per measured width."""
-    widths = sorted(cal.train_mfu_by_width, key=int)
-    by_width = ", ".join(f"{cal.train_mfu_by_width[w]:.3f} at width {w}" for w in widths)
-    return f"{by_width} (each model at the nearest)" if by_width else f"{cal.train_mfu:.3f}"
-
-
-def format_fits(jobs: list[Job]) -> list[str]:
-    """The micro-batch sizes resolved for the GPU (``auto``), and the recompute a fixed budget needs."""
-    lines = []
-    sized = [f"{j.name}: {j.fit.tokens} tokens, {j.fit.layers if j.fit.layers is not None else j.layers}/{j.layers} "
-             "layers recomputing" for j in jobs if j.auto and j.fit.fits]  # fmt: skip
-    if sized:
-        lines += ["", "Micro-batches sized by memory (trainer.max_tokens_per_micro_batch and trainer.checkpoint_layers "
-                  "auto, as each job resolves them on a GPU of this memory): " + "; ".join(sized) + "."]  # fmt: skip
-    recompute = [f"{j.name} {j.fit.layers}/{j.layers}" for j in jobs if j.fit and not j.auto and j.fit.fits]
-    if recompute:
-        lines += ["", "Activation checkpointing, the fewest layers that must recompute for the micro-batch to fit "
-                  f"(trainer.checkpoint_layers, or auto): {', '.join(recompute)}."]  # fmt: skip
-    return lines
-
-
-def format_plan(plan: Plan) -> str:
-    """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
-    margin = plan.settings.runtime_margin
-    cal = plan.calibration
-    lines = [f"GPU: {cal.gpu}, {_gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
-             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {train_mfu(cal)}, decoding at "
-             f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
-             "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
-             "GPU-hours | runtime (min) | segments | disk peak (GB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for j in plan.jobs:
-        hours = "-" if j.seconds is None else f"{j.seconds / 3600:.2f}"
-        longest = "-" if j.seconds_longest is None else f"{j.seconds_longest / 3600:.2f}"
-        gpu_hours = "-" if j.gpu_hours is None else f"{j.gpu_hours:.1f}"
-        runtime = j.runtime_minutes(margin) or "-"
-        segments = plan.segments(j.name) if j.kind == "train" and j.seconds is not None else "-"
-        disk = f"{j.disk['peak'] / 1e9:.0f}" if j.disk else "-"
-        lines.append(f"| {j.name} | {j.gpus} | {j.peak_bytes / 1e9:.2f} | {j.generated_tokens:.3g} | "
-                     f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {longest} | {gpu_hours} | "
-                     f"{runtime} | {segments} | {disk} |")  # fmt: skip
-    timed = [j for j in plan.jobs if j.seconds is not None]
-    total = sum(j.gpu_hours for j in timed)
-    lines += ["", f"Total: {len(plan.jobs)} jobs, {sum(j.flops for j in plan.jobs) / 1e18:.3g} EFLOP, "
-              f"{total:.0f} GPU-hours ({sum(j.gpu_hours for j in timed if j.kind == 'train'):.0f} training, "
-              f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation); every response at its "
-              f"maximum length: {sum(j.seconds_longest * j.gpus / 3600 for j in timed if j.seconds_longest):.0f} "
-              "training GPU-hours.",
-              "", f"Disk: checkpoints peak at {_gb(plan.disk_bytes)} if every run trains at once, and "
-              f"{_gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
-              + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
-    lines += format_overlap(plan.jobs)
-    measured = [j.name for j in plan.jobs if j.startup_s is not None]
-    if measured:
-        lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "
-                  "job from the constants above."]  # fmt: skip
-    lines += format_fits(plan.jobs)
-    seen = set()
-    for j in plan.jobs:
-        key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),
-               tuple(j.checkpoint.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        lines += ["", f"Memory per GPU of {j.name}" + (" (and jobs like it)" if j.kind == "train" else "") + ":"]
-        for phase, parts in j.memory.items():
-            if phase == "kv_cache":
-                lines.append(
-                    f"- vLLM: weights {_gb(parts['weights'])}, KV cache {_gb(max(parts['cache'], 0))}, "
-                    f"{_gb(parts['per_sequence'])} per sequence of {parts['max_model_len']} tokens"
-                    + (f" ({parts['cache'] // parts['per_sequence']} sequences at once)" if j.gpus else "")
-                )
-            else:
-                shown = ", ".join(f"{k} {_gb(v)}" for k, v in parts.items() if v)
-                lines.append(f"- {phase}: {_gb(sum(parts.values()))} ({shown})")
-        if j.checkpoint:
-            shown = ", ".join(f"{k} {_gb(v)}" for k, v in j.checkpoint.items() if v)
-            lines.append(f"- one checkpoint on disk: {_gb(sum(j.checkpoint.values()))} ({shown}); the run's "
-                         f"{j.disk['checkpoints']} checkpoints peak at {_gb(j.disk['peak'])} under retention, "
-                         f"{_gb(j.disk['final'])} at the end")  # fmt: skip
-    if plan.errors:
-        lines += ["", "Does not fit:", *[f"- {e}" for e in plan.errors]]
-    return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ import yaml
 from pacs import experiment
 from pacs.config import ConfigError
 from pacs.eval.diversity import DiversityConfig
-from pacs.plan.jobs import format_plan
+from pacs.plan.markdown import format_plan
 from pacs.train.state.segments import check_continuation, read_segments
 
 RESULTS = experiment.results_dir(config)

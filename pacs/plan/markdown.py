@@ -1,0 +1,92 @@
+"""The plan as Markdown (``pacs plan``, ``results/<name>/plan.md``): one row per job, the totals, one step off, the
+micro-batch sizes resolved for the GPU, and each distinct training job's memory by component."""
+
+from pacs.plan.calibration import Calibration
+from pacs.plan.jobs import Job, Plan, gb
+from pacs.plan.overlap import format_overlap
+
+
+def train_mfu(cal: Calibration) -> str:
+    """The update's MFU as the plan prices it: one figure, or one per measured width."""
+    widths = sorted(cal.train_mfu_by_width, key=int)
+    by_width = ", ".join(f"{cal.train_mfu_by_width[w]:.3f} at width {w}" for w in widths)
+    return f"{by_width} (each model at the nearest)" if by_width else f"{cal.train_mfu:.3f}"
+
+
+def format_fits(jobs: list[Job]) -> list[str]:
+    """The micro-batch sizes resolved for the GPU (``auto``), and the recompute a fixed budget needs."""
+    lines = []
+    sized = [f"{j.name}: {j.fit.tokens} tokens, {j.fit.layers if j.fit.layers is not None else j.layers}/{j.layers} "
+             "layers recomputing" for j in jobs if j.auto and j.fit.fits]  # fmt: skip
+    if sized:
+        lines += ["", "Micro-batches sized by memory (trainer.max_tokens_per_micro_batch and trainer.checkpoint_layers "
+                  "auto, as each job resolves them on a GPU of this memory): " + "; ".join(sized) + "."]  # fmt: skip
+    recompute = [f"{j.name} {j.fit.layers}/{j.layers}" for j in jobs if j.fit and not j.auto and j.fit.fits]
+    if recompute:
+        lines += ["", "Activation checkpointing, the fewest layers that must recompute for the micro-batch to fit "
+                  f"(trainer.checkpoint_layers, or auto): {', '.join(recompute)}."]  # fmt: skip
+    return lines
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
+    margin = plan.settings.runtime_margin
+    cal = plan.calibration
+    lines = [f"GPU: {cal.gpu}, {gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
+             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {train_mfu(cal)}, decoding at "
+             f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
+             "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
+             "GPU-hours | runtime (min) | segments | disk peak (GB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for j in plan.jobs:
+        hours = "-" if j.seconds is None else f"{j.seconds / 3600:.2f}"
+        longest = "-" if j.seconds_longest is None else f"{j.seconds_longest / 3600:.2f}"
+        gpu_hours = "-" if j.gpu_hours is None else f"{j.gpu_hours:.1f}"
+        runtime = j.runtime_minutes(margin) or "-"
+        segments = plan.segments(j.name) if j.kind == "train" and j.seconds is not None else "-"
+        disk = f"{j.disk['peak'] / 1e9:.0f}" if j.disk else "-"
+        lines.append(f"| {j.name} | {j.gpus} | {j.peak_bytes / 1e9:.2f} | {j.generated_tokens:.3g} | "
+                     f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {longest} | {gpu_hours} | "
+                     f"{runtime} | {segments} | {disk} |")  # fmt: skip
+    timed = [j for j in plan.jobs if j.seconds is not None]
+    total = sum(j.gpu_hours for j in timed)
+    lines += ["", f"Total: {len(plan.jobs)} jobs, {sum(j.flops for j in plan.jobs) / 1e18:.3g} EFLOP, "
+              f"{total:.0f} GPU-hours ({sum(j.gpu_hours for j in timed if j.kind == 'train'):.0f} training, "
+              f"{sum(j.gpu_hours for j in timed if j.kind == 'evaluate'):.0f} evaluation); every response at its "
+              f"maximum length: {sum(j.seconds_longest * j.gpus / 3600 for j in timed if j.seconds_longest):.0f} "
+              "training GPU-hours.",
+              "", f"Disk: checkpoints peak at {gb(plan.disk_bytes)} if every run trains at once, and "
+              f"{gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
+              + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
+    lines += format_overlap(plan.jobs)
+    measured = [j.name for j in plan.jobs if j.startup_s is not None]
+    if measured:
+        lines += ["", f"Measured by pacs preflight (hours, runtime, segments): {', '.join(measured)}; every other "
+                  "job from the constants above."]  # fmt: skip
+    lines += format_fits(plan.jobs)
+    seen = set()
+    for j in plan.jobs:
+        key = (j.kind, tuple(sorted((p, tuple(sorted(v.items()))) for p, v in j.memory.items())),
+               tuple(j.checkpoint.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        lines += ["", f"Memory per GPU of {j.name}" + (" (and jobs like it)" if j.kind == "train" else "") + ":"]
+        for phase, parts in j.memory.items():
+            if phase == "kv_cache":
+                lines.append(
+                    f"- vLLM: weights {gb(parts['weights'])}, KV cache {gb(max(parts['cache'], 0))}, "
+                    f"{gb(parts['per_sequence'])} per sequence of {parts['max_model_len']} tokens"
+                    + (f" ({parts['cache'] // parts['per_sequence']} sequences at once)" if j.gpus else "")
+                )
+            else:
+                shown = ", ".join(f"{k} {gb(v)}" for k, v in parts.items() if v)
+                lines.append(f"- {phase}: {gb(sum(parts.values()))} ({shown})")
+        if j.checkpoint:
+            shown = ", ".join(f"{k} {gb(v)}" for k, v in j.checkpoint.items() if v)
+            lines.append(f"- one checkpoint on disk: {gb(sum(j.checkpoint.values()))} ({shown}); the run's "
+                         f"{j.disk['checkpoints']} checkpoints peak at {gb(j.disk['peak'])} under retention, "
+                         f"{gb(j.disk['final'])} at the end")  # fmt: skip
+    if plan.errors:
+        lines += ["", "Does not fit:", *[f"- {e}" for e in plan.errors]]
+    return "\n".join(lines) + "\n"
