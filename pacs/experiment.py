@@ -2,6 +2,10 @@
 method), each with its run config checked and resolved by pacs itself, and the evaluations of every base
 model and selected checkpoint on every benchmark. The workflow (workflow/rules/common.smk) and
 ``pacs plan`` both read the experiment from here, with the same paths under results/<name>/.
+
+Longer than one reading holds (about 470 lines) and kept whole on purpose: it is one thing, every question the
+workflow asks of its config (runs, evaluations, their settings and paths, the plan and the preflights of the
+same runs), answered in one place so that the workflow, ``pacs plan`` and the preflights cannot disagree.
 """
 
 import dataclasses

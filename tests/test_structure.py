@@ -84,6 +84,57 @@ def test_no_module_of_pacs_imports_itself_back():
     assert circles(graph) == []
 
 
+# pacs.train's rooms (README, "Where each mechanism lives"), each on a floor: a room imports only rooms on lower
+# floors; the loop and the job (pacs.train.loop, pacs.train.launch) stand above them all
+TRAIN_FLOORS = {"settings": 0, "tensors": 0, "ranks": 1, "state": 2, "update": 3, "sampling": 4}
+TRAIN_TOP = {"pacs.train", "pacs.train.__main__", "pacs.train.loop", "pacs.train.launch"}
+LONGEST = 400  # lines a file of pacs may have; a longer one says in its docstring why it is "kept whole"
+LARGEST_ROOM = 0.15  # of the package's lines, in the files of one folder
+
+
+def train_room(module: str) -> str:
+    """The room of a module of pacs.train ("top" for the loop, the job and the package itself)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in TRAIN_FLOORS else "top"
+
+
+def train_floor(module: str) -> int:
+    return TRAIN_FLOORS.get(train_room(module), len(TRAIN_FLOORS))
+
+
+def test_the_trainer_s_rooms_import_only_the_rooms_below_them():
+    """Every module of pacs.train is in a room (a sub-package whose docstring says what it holds and what it may
+    import) or is the loop or the job; a room imports only rooms on lower floors, never one beside or above it."""
+    graph = import_graph()
+    train = {m for m in graph if m == "pacs.train" or m.startswith("pacs.train.")}
+    loose = sorted(m for m in train - TRAIN_TOP if train_room(m) == "top")
+    assert loose == [], f"outside the rooms {sorted(TRAIN_FLOORS)}: {loose}"
+    for room in TRAIN_FLOORS:
+        assert "May import" in pacs_docstring(f"pacs.train.{room}") or "Imports no other room" in pacs_docstring(
+            f"pacs.train.{room}"), room  # fmt: skip
+    upward = sorted((m, d) for m in train for d in graph[m] & train
+                    if train_room(m) != train_room(d) and train_floor(d) >= train_floor(m))  # fmt: skip
+    assert upward == []
+    assert "pacs.train.sampling.staleness" in graph["pacs.train.loop"]  # the graph sees the rooms' modules
+
+
+def pacs_docstring(module: str) -> str:
+    return ast.get_docstring(ast.parse(module_names()[module].read_text(encoding="utf-8"))) or ""
+
+
+def test_no_file_is_longer_than_one_reading_unless_it_says_why_and_no_room_holds_too_much():
+    """A file of pacs past ``LONGEST`` lines says in its docstring why it is kept whole; the files of no folder
+    hold more than ``LARGEST_ROOM`` of the package's lines."""
+    lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_names().items()}
+    long = sorted(n for n, count in lines.items() if count > LONGEST and "kept whole" not in pacs_docstring(n))
+    assert long == []
+    rooms: dict[Path, int] = {}
+    for name, path in module_names().items():
+        rooms[path.parent] = rooms.get(path.parent, 0) + lines[name]
+    total = sum(lines.values())
+    assert max(rooms.values()) <= LARGEST_ROOM * total, {str(r.relative_to(ROOT)): c for r, c in rooms.items()}
+
+
 # what the Snakefile imports (workflow/rules/common.smk), and the launchers of a training job: every Snakemake
 # process (each job's on a cluster too) and every launcher would otherwise spend a second or more importing torch,
 # 0.6 s importing math-verify (sympy) for configs that only name its extractors, and a third of a second importing
