@@ -272,7 +272,7 @@ def test_the_profile_explains_a_sum_past_the_step_by_streams_busy_at_once():
 
 
 def test_the_response_length_table_is_deepscalers(shared_data):
-    from pacs.bench.lengths import DEEPSCALER_QUANTILES, quantiles_of, response_lengths
+    from pacs.plan.lengths import DEEPSCALER_QUANTILES, quantiles_of, response_lengths
 
     assert quantiles_of(shared_data / "deepscaler_subset803.json") == DEEPSCALER_QUANTILES
     lengths = response_lengths(4000, 4096, "deepscaler", 0)

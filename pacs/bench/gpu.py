@@ -14,7 +14,7 @@ stopped midway leaves what it measured. The parts:
   (``trainer.max_tokens_per_micro_batch`` and ``trainer.checkpoint_layers`` auto, ``pacs.plan.fit``): a
   mini-batch of ``rows`` rows per GPU (the paper's 256 prompts × 8 responses over 64 GPUs: 32) in groups of
   ``group_size`` to ``prompt_length``-token prompts, response lengths from DeepScaleR's distribution up to
-  ``response_length`` (``pacs.bench.lengths``), one optimizer step each. Each shape of ``shapes`` and a
+  ``response_length`` (``pacs.plan.lengths``), one optimizer step each. Each shape of ``shapes`` and a
   slice of ``slice_shape`` (its width, with as many decoder layers as the memory plan fits on this GPU: the 7B
   shape's matrices on one card), with Liger's kernels and without (on a CPU, without: they are Triton's).
   MFU is the update's FLOPs (6·N per position the decoder must see, the LM head over the response tokens,

@@ -39,10 +39,10 @@ def update_batch(vocab: int, rows: int, n: int, prompt_length: int, response_len
                  seed: int):  # fmt: skip
     """A micro-batch laid out as rollouts are (``pacs.train.tensors.batch.rollout_batch``): ``rows`` rows in groups of
     n with one random prompt each, responses of random tokens and lengths from ``distribution``
-    (``pacs.bench.lengths``), trimmed as the trainer trims them."""
+    (``pacs.plan.lengths``), trimmed as the trainer trims them."""
     import torch
 
-    from pacs.bench.lengths import response_lengths
+    from pacs.plan.lengths import response_lengths
     from pacs.rollout import Completion
     from pacs.train.tensors.batch import rollout_batch, trimmed
 

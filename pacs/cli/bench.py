@@ -210,7 +210,7 @@ def _add_update(what) -> None:
         "--lengths",
         default="fixed",
         choices=["fixed", "deepscaler"],
-        help="response lengths: all the maximum, or DeepScaleR's (pacs.bench.lengths)",
+        help="response lengths: all the maximum, or DeepScaleR's (pacs.plan.lengths)",
     )
     bu.add_argument("--variants", nargs="*", choices=sorted(UPDATE_VARIANTS), help="trainer options compared")
     bu.add_argument("--profile", action="store_true", help="one more step under torch.profiler, by kernel family")

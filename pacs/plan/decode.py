@@ -9,7 +9,7 @@ has room for their prompt and next tokens and fewer than ``max_num_seqs`` run (c
 transformers' ``generate`` runs ``prompt_batch_size × n`` sequences at once and each call lasts until its
 longest response. A prompt's prefill is compute-bound. Either way a step waits for its longest response.
 
-Response lengths spread as the DeepScaleR reference solutions' do (``pacs.bench.lengths``: the shape of a
+Response lengths spread as the DeepScaleR reference solutions' do (``pacs.plan.lengths``: the shape of a
 training set's answer lengths), scaled to the plan's mean and capped at the maximum. The simulation advances
 in strides of 1/128 of the longest response (lengths rounded up to whole strides), and of more sequences than
 8 times those that run at once it simulates that many and scales (their waves repeat), so a plan with many
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from pacs.bench.lengths import DEEPSCALER_QUANTILES
+from pacs.plan.lengths import DEEPSCALER_QUANTILES
 from pacs.plan.memory import DTYPE_BYTES
 from pacs.rollout.vllm import VLLMRolloutOptions
 

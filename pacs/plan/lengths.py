@@ -1,4 +1,5 @@
-"""Response lengths for the update benchmarks: ragged as rollouts are, from a documented distribution.
+"""Response lengths as rollouts have them, from a documented distribution: the plan prices decoding with them
+(``pacs.plan.decode``), and the update benchmarks draw ragged batches from them (``pacs.bench.update``).
 
 ``DEEPSCALER_QUANTILES`` are the 0, 5, …, 100 % quantiles of the DeepScaleR reference solutions' lengths
 (characters, ``solution`` of the 803 rows of ``deepscaler_subset803.json``, see ``../shared/data/SOURCES.md``)
