@@ -210,7 +210,7 @@ def test_two_steps_off_stopped_by_sigterm_resumes_bitwise(tiny_model, toy_data, 
     assert run_cli(config, whole).returncode == 0
     records = read_metrics(whole / "metrics.jsonl")[1:]
     assert [r["rollout/weights_step"] for r in records] == [0, 0, 0, 1, 2, 3]
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out)]
     process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, text=True)
     metrics = out / "metrics.jsonl"
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):

@@ -38,7 +38,7 @@ def test_the_floor_and_newer_pass(monkeypatch, version):
 
 
 def test_import_fails_at_start_with_an_older_torch():
-    """Every entry point (`pacs`, `python -m pacs.train`, the Snakefile) imports the package first."""
+    """Every entry point (`pacs`, torchrun's ranks, the Snakefile) imports the package first."""
     fake = ("from importlib import metadata; real = metadata.version; "
             "metadata.version = lambda name: '2.9.1' if name == 'torch' else real(name); import pacs.cli")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", fake], capture_output=True, text=True, cwd=REPO, timeout=60)

@@ -131,6 +131,6 @@ def test_multinode_launch_is_one_srun_task_per_node(tmp_path):
     for flag, value in (("--nnodes", "2"), ("--nproc_per_node", "8"), ("--rdzv_backend", "c10d"),
                         ("--rdzv_endpoint", "gpu-a01:29411"), ("--rdzv_id", "1234")):  # fmt: skip
         assert rest[rest.index(flag) + 1] == value, flag
-    assert rest[-4:-2] == ["-m", "pacs.train"] and rest[-2:] == ["--config", "r.yaml"]
+    assert rest[-5:-2] == ["-m", "pacs.cli", "train"] and rest[-2:] == ["--config", "r.yaml"]
     with pytest.raises(RuntimeError, match="1 node"):
         multinode_command(2, 8, ["gpu-a01"], 29411, "1234", tmp_path, [])

@@ -34,11 +34,11 @@ STEP_KEYS = {
 
 def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
     """`pacs train` forked by the warm server (``helpers.pacs_warm``); or, to be SIGKILLed once metrics.jsonl
-    shows ``kill_after_step``, `python -m pacs.train` in a subprocess of its own, at the warm runs' one thread."""
+    shows ``kill_after_step``, `pacs train` in a subprocess of its own, at the warm runs' one thread."""
     if kill_after_step is None:
         return pacs_warm(["train", "--config", str(config), "--out", str(out), *args])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out), *args]
+    cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out), *args]
     metrics = out / "metrics.jsonl"
     run_until_killed(
         cmd, env, lambda: metrics.exists() and any(r["step"] >= kill_after_step for r in read_metrics(metrics))
@@ -156,7 +156,7 @@ def test_a_second_writer_into_a_live_run_is_refused_naming_it_and_the_live_run_e
     alone. The kernel lets the lock go with its holder: a killed run's directory takes the next run
     (test_killed_run_resumes_bitwise)."""
     out = tmp_path / "live"
-    command = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out)]
     metrics = out / "metrics.jsonl"
     live = start_paused(command, {**os.environ, "OMP_NUM_THREADS": "1"},
                         lambda: metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics)))  # fmt: skip
@@ -232,7 +232,7 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     it (whether or not a save was due), exits with EXIT_STOPPED and records why; the workflow's next attempt
     continues and ends where an uninterrupted run does."""
     out, metrics = tmp_path / "stopped", tmp_path / "stopped" / "metrics.jsonl"
-    cmd = [sys.executable, "-m", "pacs.train", "--config", str(config), "--out", str(out)]
+    cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out)]
     process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, text=True)
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
         assert process.poll() is None, "the run ended before its first step was logged"

@@ -2,7 +2,7 @@
 algorithms where torch has them, cuBLAS with a fixed workspace, and the math attention kernel (the fused
 kernels' backward passes accumulate in an order that changes from run to run). Run it as
     python tests/train_deterministic.py --config R --out D
-or under torchrun in place of ``-m pacs.train``."""
+or under torchrun in place of ``-m pacs.cli train``."""
 
 import os
 import sys

@@ -1,6 +1,6 @@
-"""``python -m pacs.train`` on a rank that dies, as a killed process does, while writing checkpoint STEP:
+"""``pacs train`` on a rank that dies, as a killed process does, while writing checkpoint STEP:
 after its part of the sharded resume state (optimizers) is on disk, before the checkpoint is published. torchrun
-starts it on every rank in place of ``-m pacs.train``:
+starts it on every rank in place of ``-m pacs.cli train``:
     torchrun --standalone --nproc_per_node 2 tests/train_dying_in_checkpoint.py STEP --config R --out D"""
 
 import os

@@ -1,6 +1,6 @@
 """Training speed and learning on the tiny model: each algorithm and rollout engine with the same budget.
 
-Each run is ``python -m pacs.train`` in its own process (an in-process vLLM engine is one per process),
+Each run is ``python -m pacs.cli train`` in its own process (an in-process vLLM engine is one per process),
 from the same warm-started model. Reported: held-out greedy accuracy before and after (toy task),
 seconds per step and per phase (means over steps, the first step apart since it warms the engine up),
 rollout tokens/s, and the engine's log-prob gap. ``train_file`` replaces the toy task by any prepared

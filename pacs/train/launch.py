@@ -1,8 +1,8 @@
-"""Where a training run starts, for ``pacs train``, ``python -m pacs.train`` and the workflow alike.
+"""Where a training run starts, for ``pacs train`` (``python -m pacs.cli train``) and the workflow alike.
 
 ``launch`` decides from the request and the environment:
 - already inside torchrun (``LOCAL_RANK`` set), or one process on one node: train in this process (``run``);
-- several processes on one node: ``torchrun --standalone --nproc_per_node G -m pacs.train ...``;
+- several processes on one node: ``torchrun --standalone --nproc_per_node G -m pacs.cli train ...``;
 - several nodes (inside a SLURM allocation): one ``srun`` step with one task per node, each task a
   ``torchrun --nnodes N --nproc_per_node G`` that meets the others at a c10d rendezvous on the
   allocation's first node (a free port found there; the hosts come from ``SLURM_JOB_NODELIST``), each
@@ -99,7 +99,7 @@ def torchrun_command(
         where = ["--standalone"]
     else:
         where = ["--nnodes", str(nnodes), "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", rdzv_id]
-    return [*torchrun, *where, "--nproc_per_node", str(nproc_per_node), "-m", "pacs.train", *args]
+    return [*torchrun, *where, "--nproc_per_node", str(nproc_per_node), "-m", "pacs.cli", "train", *args]
 
 
 def slurm_hosts(environ: dict) -> list[str]:
