@@ -16,7 +16,7 @@ test skips, naming CUDA.
 - packed rows on FlexAttention's fused kernel against padded ones (fp32 and bf16), and a mini-batch's passes
   under ``torch.cuda.set_sync_debug_mode("error")`` (no wait for the device between micro-batches);
 - the LM head's bf16 GEMM into its fp32 gradient, within a rounding bound derived from the sum;
-- the update's fused kernels (``pacs.train.tensors.kernels``) against the reference path: Liger's RMSNorm, SwiGLU and
+- the update's fused kernels (``pacs.tensors.kernels``) against the reference path: Liger's RMSNorm, SwiGLU and
   RoPE, the fused AdamW, FlexAttention compiled with autotuning.
 
 ``PACS_GPU_SUITE_ON_CPU=1`` runs the same tests on the CPU, gloo for NCCL, with a narrow two-layer model and
@@ -198,7 +198,7 @@ def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
     through bf16 on its way, the bug this guards against, is not."""
     from helpers import fp32_sum_bound
 
-    from pacs.train.tensors.logprobs import _accumulate_head_grad
+    from pacs.tensors.logprobs import _accumulate_head_grad
 
     g = torch.Generator(device="cuda").manual_seed(0)
     rows = 2048
@@ -220,8 +220,8 @@ def _cuda_batch(n: int, share: bool, pack: bool) -> dict:
     layout built on the host."""
     from test_logprobs import _grouped_batch
 
-    from pacs.train.tensors.batch import PACKED
-    from pacs.train.tensors.varlen import PackedRows
+    from pacs.tensors.batch import PACKED
+    from pacs.tensors.varlen import PackedRows
 
     host = _grouped_batch(n)
     batch = {k: v.cuda() for k, v in host.items()}
@@ -234,8 +234,8 @@ def _cuda_batch(n: int, share: bool, pack: bool) -> dict:
 def _scored_pass(model, share: bool = True, pack: bool = True, autotune: bool = False, n: int = 4) -> tuple:
     """Groups of ``n`` on CUDA through ``PolicyScorer`` (prompts shared and rows packed, or each row whole and
     padded): the log-probs and every parameter's gradient."""
-    from pacs.train.tensors.batch import token_logprobs
-    from pacs.train.tensors.logprobs import PolicyScorer
+    from pacs.tensors.batch import token_logprobs
+    from pacs.tensors.logprobs import PolicyScorer
 
     model.zero_grad()
     scorer = PolicyScorer(model, 4, share_prompt=share, pack=pack, autotune=autotune)
@@ -293,7 +293,7 @@ def test_liger_kernels_give_the_reference_log_probs_and_gradients(dtype, monkeyp
     from test_logprobs import _small_qwen2
     from transformers.models.qwen2 import modeling_qwen2
 
-    from pacs.train.tensors.kernels import use_liger_kernels
+    from pacs.tensors.kernels import use_liger_kernels
 
     transformers_modules_kept(monkeypatch)  # Liger replaces them in the module
     model = _small_qwen2(hidden_size=128).to("cuda", getattr(torch, dtype))
@@ -310,8 +310,8 @@ def test_the_fused_adamw_steps_as_the_default_one():
     (multi-tensor) AdamW, to fp32 rounding."""
     from test_logprobs import _small_qwen2
 
+    from pacs.tensors.kernels import adamw
     from pacs.train.settings.config import OptimConfig
-    from pacs.train.tensors.kernels import adamw
 
     models = [_small_qwen2(hidden_size=128).to("cuda") for _ in range(2)]
     fused, default = (adamw(m.parameters(), 1e-3, OptimConfig(fused=f), "cuda")
@@ -336,7 +336,7 @@ def test_autotuned_flex_attention_gives_the_untuned_kernels_log_probs_and_gradie
     from test_logprobs import _small_qwen2
     from torch._dynamo.utils import counters
 
-    from pacs.train.tensors import varlen
+    from pacs.tensors import varlen
 
     model = _small_qwen2(hidden_size=128).to("cuda", torch.bfloat16)
     untuned = _scored_pass(model)
@@ -493,7 +493,7 @@ def _greedy(model_path, data_dir, dtype: torch.dtype, liger: bool) -> list:
     from pacs.data.schema import prompt_token_ids, read_prepared
     from pacs.rollout import SamplingParams
     from pacs.rollout.hf import HFEngine
-    from pacs.train.tensors.kernels import use_liger_kernels
+    from pacs.tensors.kernels import use_liger_kernels
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to("cuda")
@@ -528,9 +528,9 @@ def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
     from test_logprobs import _grouped_batch, _small_qwen2
 
     from pacs.algorithms.objectives import get_objective
+    from pacs.tensors.batch import token_logprobs
+    from pacs.tensors.logprobs import PolicyScorer
     from pacs.train.ranks.distributed import DistEnv
-    from pacs.train.tensors.batch import token_logprobs
-    from pacs.train.tensors.logprobs import PolicyScorer
     from pacs.train.update.minibatch import accumulate, device_pass
     from pacs.train.update.packing import fixed_plan
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pacs.bench.memory import measure_in_fresh_process, padding
-from pacs.train.tensors.batch import token_logprobs
-from pacs.train.tensors.logprobs import ChunkedLogprobs, PolicyScorer, chunked_entropy
+from pacs.tensors.batch import token_logprobs
+from pacs.tensors.logprobs import ChunkedLogprobs, PolicyScorer, chunked_entropy
 from pacs.train.update.packing import cost, deal, equalize, fixed_plan, pack
 
 
@@ -35,7 +35,7 @@ def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum_on_cpu
     the exact sum, as the GPU suite holds its CUDA GEMM to; a result rounded through bf16 is not."""
     from helpers import fp32_sum_bound
 
-    from pacs.train.tensors.logprobs import _accumulate_head_grad
+    from pacs.tensors.logprobs import _accumulate_head_grad
 
     g, rows = torch.Generator().manual_seed(0), 1024
     hidden, dlogits = (torch.randn(rows, width, generator=g).bfloat16() for width in (64, 512))
@@ -91,7 +91,7 @@ def test_padding_report_counts_tokens_both_ways():
 def _grouped_batch(n: int, seed: int = 0):
     """Groups of n responses to one prompt each, prompts and responses of different lengths (padding both ways)."""
     from pacs.rollout import Completion
-    from pacs.train.tensors.batch import rollout_batch
+    from pacs.tensors.batch import rollout_batch
 
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, 64, (length,), generator=g).tolist() for length in (5, 9, 3)]
@@ -145,7 +145,7 @@ def test_shared_prompts_and_packed_rows_give_what_whole_padded_rows_give(chunk_s
 
 
 def test_packed_rows_hold_the_real_tokens_only():
-    from pacs.train.tensors.varlen import PackedRows
+    from pacs.tensors.varlen import PackedRows
 
     n, batch = 4, _grouped_batch(4)
     prompt = batch["attention_mask"].sum(-1) - batch["response_mask"].sum(-1)
@@ -197,7 +197,7 @@ def test_the_block_mask_of_a_layout_is_torchs_without_evaluating_every_pair():
     torch's create_block_mask, which evaluates the mask at every (query, key) pair, on random layouts."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from pacs.train.tensors.varlen import segment_block_mask, segment_mask_mod
+    from pacs.tensors.varlen import segment_block_mask, segment_mask_mod
 
     for sizes, context in _random_layouts(60):
         length = sum(sizes)
@@ -216,7 +216,7 @@ def test_the_block_mask_of_a_layout_is_torchs_without_evaluating_every_pair():
 def test_one_flex_attention_call_equals_the_per_segment_calls():
     """The CUDA kernel's path (FlexAttention over the layout's block mask, one call, GQA unexpanded) against
     one SDPA call per segment, here in FlexAttention's eager reference (no backward on CPU)."""
-    from pacs.train.tensors.varlen import PackedRows, varlen_attention
+    from pacs.tensors.varlen import PackedRows, varlen_attention
 
     g = torch.Generator().manual_seed(0)
     response = [7, 0, 30, 140, 3, 60, 1, 200]  # an empty response too
@@ -241,8 +241,8 @@ def test_prompt_sharing_refuses_what_it_cannot_share():
 def test_packed_critic_values_and_gradients_equal_the_padded_ones():
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
-    from pacs.train.tensors.batch import token_values
-    from pacs.train.tensors.varlen import use_varlen_attention
+    from pacs.tensors.batch import token_values
+    from pacs.tensors.varlen import use_varlen_attention
 
     n, batch = 4, _grouped_batch(4, seed=3)
     torch.manual_seed(0)

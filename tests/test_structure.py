@@ -86,7 +86,7 @@ def test_no_module_of_pacs_imports_itself_back():
 
 # pacs.train's rooms (README, "Where each mechanism lives"), each on a floor: a room imports only rooms on lower
 # floors; the loop and the job (pacs.train.loop, pacs.train.launch) stand above them all
-TRAIN_FLOORS = {"settings": 0, "tensors": 0, "ranks": 1, "state": 2, "update": 3, "sampling": 4}
+TRAIN_FLOORS = {"settings": 0, "ranks": 1, "state": 2, "update": 3, "sampling": 4}
 TRAIN_TOP = {"pacs.train", "pacs.train.loop", "pacs.train.launch"}
 LONGEST = 400  # lines a file of pacs may have; a longer one says in its docstring why it is "kept whole"
 LARGEST_ROOM = 0.15  # of the package's lines, in the files of one folder

@@ -86,9 +86,9 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
+    from pacs.tensors.kernels import adamw, liger_on
     from pacs.train.ranks.distributed import DistEnv
     from pacs.train.settings.config import OptimConfig, TrainerConfig
-    from pacs.train.tensors.kernels import adamw, liger_on
     from pacs.train.update.models import scorer_of, spread
 
     default, compiled = TrainerConfig(), TrainerConfig(compile=True)

@@ -4,7 +4,7 @@
 did nothing else is what the computation needed, on CPU what a GPU would run out of. It computes the
 response log-probs of random hidden states and LM head, forward and backward, either from the full
 (rows, T, vocab) fp32 logits (``log_softmax`` and ``gather``, as before) or in chunks of positions
-(``pacs.train.tensors.logprobs.ChunkedLogprobs``). Needs torch only, so it runs on a bare GPU machine too.
+(``pacs.tensors.logprobs.ChunkedLogprobs``). Needs torch only, so it runs on a bare GPU machine too.
 
 ``padding`` packs real prompt and response lengths both ways (micro_batch_size prompts, or whole groups
 up to a token budget) and counts the tokens each computes.
@@ -21,8 +21,8 @@ from pathlib import Path
 def logprob_peak(mode: str, rows: int, length: int, vocab: int, hidden: int, chunk_size: int, device: str) -> dict:
     import torch
 
+    from pacs.tensors.logprobs import ChunkedLogprobs
     from pacs.train.ranks.memory import resident_peak
-    from pacs.train.tensors.logprobs import ChunkedLogprobs
 
     torch.manual_seed(0)
     h = torch.randn(rows * length, hidden, device=device, requires_grad=True)

@@ -179,7 +179,7 @@ def attention_calls(profiler) -> int:
     none (padded rows) SDPA operators."""
     from torch.autograd import DeviceType
 
-    from pacs.train.tensors.varlen import ATTENTION_CALL
+    from pacs.tensors.varlen import ATTENTION_CALL
 
     host = [e for e in profiler.events() if e.device_type == DeviceType.CPU]
     calls = sum(e.name == ATTENTION_CALL for e in host)

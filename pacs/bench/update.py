@@ -37,14 +37,14 @@ ANCHORS = ("torchtitan Llama 3.1 8B on H100 (FSDP2, selective recompute): 5,762 
 
 def update_batch(vocab: int, rows: int, n: int, prompt_length: int, response_length: int, distribution: str,
                  seed: int):  # fmt: skip
-    """A micro-batch laid out as rollouts are (``pacs.train.tensors.batch.rollout_batch``): ``rows`` rows in groups of
+    """A micro-batch laid out as rollouts are (``pacs.tensors.batch.rollout_batch``): ``rows`` rows in groups of
     n with one random prompt each, responses of random tokens and lengths from ``distribution``
     (``pacs.plan.lengths``), trimmed as the trainer trims them."""
     import torch
 
     from pacs.plan.lengths import response_lengths
     from pacs.rollout import Completion
-    from pacs.train.tensors.batch import rollout_batch, trimmed
+    from pacs.tensors.batch import rollout_batch, trimmed
 
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, vocab, (prompt_length,), generator=g).tolist() for _ in range(rows // n)]
@@ -86,11 +86,11 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
+    from pacs.tensors.batch import token_logprobs, trimmed
+    from pacs.tensors.kernels import adamw
     from pacs.train.ranks.distributed import init_distributed, total_norm
     from pacs.train.ranks.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.settings.config import OptimConfig, TrainerConfig
-    from pacs.train.tensors.batch import token_logprobs, trimmed
-    from pacs.train.tensors.kernels import adamw
     from pacs.train.update import packing
     from pacs.train.update.minibatch import micro_batch
     from pacs.train.update.models import scorer_of, spread

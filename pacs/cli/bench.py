@@ -178,7 +178,7 @@ UPDATE_VARIANTS = {  # pacs bench update --variants: trainer options over the co
     "padded-unshared": {"pack_sequences": False, "share_prompt": False, "liger_kernels": False},
     "packed-unshared": {"pack_sequences": True, "share_prompt": False, "liger_kernels": False},
     "packed-compiled": {"pack_sequences": True, "compile": True, "liger_kernels": False},
-    # CUDA only (pacs.train.tensors.kernels); AdamW is fused on CUDA unless a variant says otherwise
+    # CUDA only (pacs.tensors.kernels); AdamW is fused on CUDA unless a variant says otherwise
     "packed-liger": {"pack_sequences": True, "liger_kernels": True},
     "packed-autotune": {"pack_sequences": True, "attention_autotune": True, "liger_kernels": False},
     "packed-liger-autotune": {"pack_sequences": True, "liger_kernels": True, "attention_autotune": True},

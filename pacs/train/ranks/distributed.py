@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pacs.train.tensors.batch import pad_columns
+from pacs.tensors.batch import pad_columns
 
 
 @dataclass(frozen=True)

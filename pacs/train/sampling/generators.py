@@ -35,6 +35,7 @@ import torch.distributed as dist
 from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
+from pacs.tensors.batch import rollout_batch
 from pacs.train.ranks.distributed import DistEnv
 from pacs.train.sampling.link import BATCHES, finish
 from pacs.train.sampling.rollouts import (
@@ -48,7 +49,6 @@ from pacs.train.sampling.rollouts import (
 from pacs.train.sampling.staleness import RolloutSchedule, Sampled, check_sampled, done
 from pacs.train.settings.config import RunConfig, compute_dtype
 from pacs.train.state.records import own_peaks
-from pacs.train.tensors.batch import rollout_batch
 
 # --- the trainers' side ----------------------------------------------------------------------------------------
 

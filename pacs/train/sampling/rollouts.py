@@ -23,10 +23,10 @@ from torch import Tensor
 from pacs.rollout import Completion, RolloutEngine, SamplingParams
 from pacs.rollout.base import StaleRolloutError, derived_seed, rollout_seed, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint
+from pacs.tensors.batch import Batch, rollout_batch
 from pacs.train.ranks.distributed import DistEnv, all_reduce, full_tensors, gathered
 from pacs.train.ranks.memory import phase
 from pacs.train.settings.config import RunConfig, compute_dtype
-from pacs.train.tensors.batch import Batch, rollout_batch
 
 
 def build_engine(config: RunConfig, policy, tokenizer, start: Path | str, heldout_prompts: int, env: DistEnv,

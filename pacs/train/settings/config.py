@@ -82,7 +82,7 @@ class OptimConfig:
     grad_clip: float | None = None  # max global grad norm; null: none (PACS); filled with 1.0 for PPO/GRPO
     critic_lr: float = 1e-5  # PPO critic
     critic_grad_clip: float | None = 1.0
-    # AdamW's fused kernel (pacs.train.tensors.kernels); null: fused on CUDA, torch's default (a loop) on a CPU
+    # AdamW's fused kernel (pacs.tensors.kernels); null: fused on CUDA, torch's default (a loop) on a CPU
     fused: bool | None = None
 
 
@@ -121,12 +121,12 @@ class TrainerConfig:
     # positions per chunk of the LM head in the log-prob and entropy computations; null: whole micro-batch logits
     logprob_chunk_size: int | None = 1024
     # each group's prompt through the policy and reference once, its keys and values read by its n responses
-    # (pacs.train.tensors.logprobs); false: every row whole, as verl and TRL do
+    # (pacs.tensors.logprobs); false: every row whole, as verl and TRL do
     share_prompt: bool = True
     # each micro-batch's rows laid end to end in one sequence without padding, attention kept within each row
-    # (its group's prompt and itself; pacs.train.tensors.varlen); false: rows padded to the micro-batch's longest
+    # (its group's prompt and itself; pacs.tensors.varlen); false: rows padded to the micro-batch's longest
     pack_sequences: bool = True
-    # CUDA only (pacs.train.tensors.kernels): Liger's Triton RMSNorm, SwiGLU and RoPE kernels in the decoder
+    # CUDA only (pacs.tensors.kernels): Liger's Triton RMSNorm, SwiGLU and RoPE kernels in the decoder
     # layers; null: on CUDA for Qwen2 and Qwen3 unless trainer.compile, off on a CPU
     liger_kernels: bool | None = None
     # CUDA only: the packed rows' FlexAttention compiled with autotuning (forward and backward kernels); its first

@@ -9,10 +9,10 @@ import torch
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
 from pacs.io import atomic_write_text
+from pacs.tensors.batch import Batch
 from pacs.train.ranks.distributed import DistEnv, all_reduce, gather_objects
 from pacs.train.ranks.memory import PHASES, TRACKER
 from pacs.train.settings.config import RunConfig
-from pacs.train.tensors.batch import Batch
 from pacs.verify import PASSING, status_counts
 from pacs.verify.sandbox import LEVELS
 

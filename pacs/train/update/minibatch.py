@@ -3,7 +3,7 @@ log-probs, values) and the optimizer steps with gradient accumulation, for any o
 
 A micro-batch is whole groups, by a fixed number of prompts or by a token budget (``pacs.train.update.packing``);
 each goes to the device trimmed of the columns that are padding in all its rows, by queued copies, with its
-packed layout built on the host (``pacs.train.tensors.varlen``). Nothing between two micro-batches waits for the
+packed layout built on the host (``pacs.tensors.varlen``). Nothing between two micro-batches waits for the
 device: outputs and metrics stay there, and reach the host once per pass or mini-batch.
 """
 
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import torch
 
+from pacs.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
+from pacs.tensors.varlen import PackedRows, to_device
 from pacs.train.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.settings.config import RunConfig
-from pacs.train.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
-from pacs.train.tensors.varlen import PackedRows, to_device
 from pacs.train.update.packing import Micro, balanced_plan, budget_plan, fixed_plan
 
 FRESH_UNRECORDED = -2  # batch["row"] of a fresh row in a filler pass; -1: a row with old log-probs already

@@ -84,7 +84,7 @@ def token_logprobs(
     scorer, batch: Batch, temperature: float, entropy: str | None = None, group_size: int = 1
 ) -> tuple[Tensor, Tensor | None]:
     """log π(o_t | q, o_<t) (B, T) of the response tokens, and the policy's entropy (B, T) if asked
-    ("no_grad" or "grad"); 0 at padding. ``scorer`` is a ``pacs.train.tensors.logprobs.PolicyScorer``, wrapped or not;
+    ("no_grad" or "grad"); 0 at padding. ``scorer`` is a ``pacs.tensors.logprobs.PolicyScorer``, wrapped or not;
     ``group_size``: the rows come in groups of this many with one prompt (the scorer may share it).
 
     Logits are divided by the sampling temperature, as verl does, so that π is the sampled distribution.
@@ -98,12 +98,12 @@ def token_logprobs(
 def token_values(critic, batch: Batch, pack: bool = False, group_size: int = 1) -> Tensor:
     """V(q, o_<t) (B, T): the critic's value of the state before each response token, and after the last one
     where ``value_mask`` has that state (``add_value_states``). ``pack``: the rows as one sequence without
-    padding (``pacs.train.tensors.varlen``; each group's prompt once with ``group_size`` > 1), 0 at padding."""
+    padding (``pacs.tensors.varlen``; each group's prompt once with ``group_size`` > 1), 0 at padding."""
     mask = batch["response_mask"]
     if pack:
         packed = batch.get(PACKED)
         if packed is None:  # read from the masks (waits for the device)
-            from pacs.train.tensors.varlen import PackedRows  # transformers: here, for the preflight's checkpoint check
+            from pacs.tensors.varlen import PackedRows  # transformers: here, for the preflight's checkpoint check
 
             value_mask = batch["value_mask"].cpu() if "value_mask" in batch else None
             packed = PackedRows.of(*(batch[k].cpu() for k in ("input_ids", "attention_mask", "response_mask")),

@@ -11,7 +11,7 @@
   the reference and the critic compute alike. Not with ``trainer.compile`` (refused: ``TrainerConfig``; its
   default stays off under compile).
 - ``trainer.attention_autotune``: the packed rows' FlexAttention compiled with autotuning, its backward
-  included (``pacs.train.tensors.varlen``).
+  included (``pacs.tensors.varlen``).
 - ``optim.fused``: AdamW's fused CUDA kernel (one launch per parameter group) instead of its multi-tensor
   kernels; by default on CUDA (``adamw``).
 
@@ -45,7 +45,7 @@ def liger_on(trainer, device: str, family: str) -> bool:
 
 def use_liger_kernels(model: torch.nn.Module) -> None:
     """Liger's RMSNorm, SwiGLU and RoPE kernels in ``model`` (a causal LM or a token classifier of a family Liger
-    knows); its LM head and loss stay ours (``pacs.train.tensors.logprobs``)."""
+    knows); its LM head and loss stay ours (``pacs.tensors.logprobs``)."""
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN, _apply_liger_kernel_to_instance
     except ImportError as e:

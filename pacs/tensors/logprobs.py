@@ -15,7 +15,7 @@ prompt goes through the decoder once: its keys and values are then read by its n
 cache is in generation. The linear layers' work on the prompt is paid once per group instead of n
 times; gradients flowing back through the shared keys and values sum over the n responses, as they
 would over n copies. The same values as n separate rows, to float rounding. With ``pack``
-(``pacs.train.tensors.varlen``) the rows go through the decoder as one sequence without padding, prompts shared the
+(``pacs.tensors.varlen``) the rows go through the decoder as one sequence without padding, prompts shared the
 same way; the padded paths here stay, for ``trainer.pack_sequences: false`` and to check against.
 """
 
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from pacs.train.tensors.varlen import PackedRows, check_full_sdpa, packed_hidden, use_varlen_attention
+from pacs.tensors.varlen import PackedRows, check_full_sdpa, packed_hidden, use_varlen_attention
 
 
 def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
@@ -153,7 +153,7 @@ class PolicyScorer(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, chunk_size: int | None, share_prompt: bool = False,
                  pack: bool = False, autotune: bool = False):  # fmt: skip
         """``share_prompt``: forwards with ``group_size`` > 1 take each prompt once (``check_full_sdpa``).
-        ``pack``: the rows go through the decoder as one sequence without padding (``pacs.train.tensors.varlen``), with
+        ``pack``: the rows go through the decoder as one sequence without padding (``pacs.tensors.varlen``), with
         ``autotune`` on FlexAttention compiled with autotuning."""
         super().__init__()
         self.model, self.chunk_size, self.share_prompt, self.pack = model, chunk_size, share_prompt, pack

@@ -1,6 +1,6 @@
 """A micro-batch as one sequence without padding: rows laid end to end, attention kept within each row.
 
-The padded layout (``pacs.train.tensors.batch``) computes every row to the micro-batch's longest prompt and
+The padded layout (``pacs.tensors.batch``) computes every row to the micro-batch's longest prompt and
 response; with ragged responses half of those positions can be padding, paid for in every linear layer,
 forward, recompute and backward. ``PackedRows`` lays the real tokens of the rows out in one sequence (1, L)
 as segments, each with its own positions (0, 1, … as generation saw them):
