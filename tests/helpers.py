@@ -21,18 +21,18 @@ from pacs.collector import leave
 from pacs.config import from_dict
 from pacs.data.schema import prompt_token_ids, read_prepared
 from pacs.models.tiny import eos_token_ids
+from pacs.ranks.distributed import DistEnv, full_tensors, init_distributed, wrap
 from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.hf import HFEngine
 from pacs.tensors.batch import add_value_states, rollout_batch, token_logprobs, token_values
 from pacs.tensors.logprobs import PolicyScorer
 from pacs.train.loop import prepare_whole_batch, score_batch, update_models
-from pacs.train.ranks.distributed import DistEnv, full_tensors, init_distributed, wrap
-from pacs.train.ranks.sizes import resolve_sizes
 from pacs.train.sampling.rollouts import hf_engine, rank_share
 from pacs.train.settings.config import objective_config, resolve
 from pacs.train.update.minibatch import forward_pass, update
 from pacs.train.update.models import load_models
 from pacs.train.update.packing import fixed_plan
+from pacs.train.update.sizes import resolve_sizes
 
 N = 4
 

@@ -6,8 +6,8 @@ import torch
 import torch.multiprocessing as mp
 from helpers import check_gathered_generation, ddp_worker, fixed_batch, one_update
 
+from pacs.ranks.distributed import DistEnv
 from pacs.train.launch import free_port
-from pacs.train.ranks.distributed import DistEnv
 
 # the three objectives in one pair of ranks (two processes started once, not once per objective)
 OBJECTIVES = {"pacs": {}, "grpo": {"loss_agg_mode": "seq-mean-token-sum-norm", "max_response_length": 12}, "ppo": {}}

@@ -235,9 +235,9 @@ def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, to
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pacs.data.schema import prompt_token_ids, read_prepared
+    from pacs.ranks.distributed import DistEnv
     from pacs.rollout.base import stop_token_ids
     from pacs.rollout.hf import HFEngine
-    from pacs.train.ranks.distributed import DistEnv
     from pacs.train.state.records import heldout_accuracy
     from pacs.verify import VerifierPool
 

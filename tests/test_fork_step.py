@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from helpers import N, ragged_batch, trainer_update, trainer_update_worker
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
+from pacs.ranks.distributed import DistEnv
 from pacs.train.launch import free_port
-from pacs.train.ranks.distributed import DistEnv
 
 FORK_RANKS, FORK_MICRO = 2, 8  # the fork's ranks and ppo_micro_batch_size_per_gpu (the paper's: 64 and 8)
 PROMPTS = 8  # one step, one mini-batch: 32 responses, 16 per fork rank, 2 fork micro-batches each
@@ -32,7 +32,7 @@ LAYOUTS = {  # this run's micro-batches on one rank
     "micro 1": {"micro_batch_size": 1},
     "micro 2": {"micro_batch_size": 2},
     "tokens": {"micro_batch_size": 1, "max_tokens_per_micro_batch": 300},
-    # the budget the memory plan fits in a made-up 0.15 GB (pacs.train.ranks.sizes): more than one group at the maximum
+    # the budget the memory plan fits in a made-up 0.15 GB (pacs.train.update.sizes): more than one group at the maximum
     # lengths (4 × (512 + 12) tokens), less than the mini-batch
     "tokens auto": {"micro_batch_size": 1, "max_tokens_per_micro_batch": "auto", "memory_limit_gb": 0.15},
     "micro 2 padded": {"micro_batch_size": 2, "pack_sequences": False, "share_prompt": False},

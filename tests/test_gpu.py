@@ -8,7 +8,7 @@ test skips, naming CUDA.
   checkpointing, a Qwen2.5-0.5B-shaped model with random weights, transformers rollouts that gather the policy
   once per call; checkpoint, kill, resume, bitwise; its peak GPU
   memory, and its update phase's device use, against ``pacs plan``'s figures for the same run;
-- memory per phase (``pacs.train.ranks.memory``) with the transformers engine: a ``MemPool`` standing in for a
+- memory per phase (``pacs.ranks.memory``) with the transformers engine: a ``MemPool`` standing in for a
   sleeping vLLM's is left out of each phase's torch peak, and a peak-statistics reset (vLLM's profiling) does
   not erase an earlier phase's peak; where vLLM is installed, a sleeping vLLM engine's pool;
 - ``pacs evaluate --engine hf`` on CUDA, in bf16;
@@ -132,9 +132,9 @@ def test_auto_sizes_resolve_for_the_gpu_s_memory(qwen_shaped, toy_data, tmp_path
     from pacs.config import to_dict
     from pacs.plan.calibration import Calibration
     from pacs.plan.fit import fit_sizes
-    from pacs.train.ranks.distributed import DistEnv
-    from pacs.train.ranks.sizes import resolve_sizes
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.settings.config import load_run_config, objective_config
+    from pacs.train.update.sizes import resolve_sizes
 
     trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True,
                "max_tokens_per_micro_batch": "auto", "checkpoint_layers": "auto"}  # fmt: skip
@@ -368,8 +368,8 @@ def trained_variant(model_path, data_dir, trainer: dict, steps: int = 2) -> dict
     from helpers import N, ragged_batch
 
     from pacs.algorithms.objectives import get_objective
+    from pacs.ranks.distributed import full_tensors, init_distributed
     from pacs.train.loop import prepare_whole_batch, score_batch, update_models
-    from pacs.train.ranks.distributed import full_tensors, init_distributed
     from pacs.train.settings.config import objective_config, resolve
     from pacs.train.update.models import load_models
 
@@ -528,9 +528,9 @@ def mini_batch_passes(device: str, check=lambda fn: fn()) -> dict:
     from test_logprobs import _grouped_batch, _small_qwen2
 
     from pacs.algorithms.objectives import get_objective
+    from pacs.ranks.distributed import DistEnv
     from pacs.tensors.batch import token_logprobs
     from pacs.tensors.logprobs import PolicyScorer
-    from pacs.train.ranks.distributed import DistEnv
     from pacs.train.update.minibatch import accumulate, device_pass
     from pacs.train.update.packing import fixed_plan
 
@@ -587,8 +587,8 @@ def test_a_phase_s_torch_peak_leaves_out_a_sleeping_engine_s_pool(tiny_model):
     """vLLM's sleep mode as torch sees it: a MemPool of its own, which torch counts as reserved even while vLLM
     has unmapped it. Sampling with the transformers engine and a 256 MiB buffer in the update: each phase's
     torch peak is the trainer's alone, the pool left out; the device's use counts what torch's does not."""
+    from pacs.ranks.memory import PhaseMemory
     from pacs.rollout import SamplingParams
-    from pacs.train.ranks.memory import PhaseMemory
 
     mib = 2**20
     engine = _sampling_engine(tiny_model)
@@ -619,8 +619,8 @@ def test_a_phase_s_torch_peak_leaves_out_a_sleeping_engine_s_pool(tiny_model):
 def test_a_peak_statistics_reset_does_not_erase_the_trainer_s_earlier_peak(tiny_model):
     """vLLM resets torch's peak statistics while it profiles (vllm/utils/mem_utils.py): the update's peak,
     folded at its end, outlives a reset in the next phase, and so does the run's."""
+    from pacs.ranks.memory import PhaseMemory
     from pacs.rollout import SamplingParams
-    from pacs.train.ranks.memory import PhaseMemory
 
     mib = 2**20
     engine = _sampling_engine(tiny_model)
@@ -645,9 +645,9 @@ def test_a_peak_statistics_reset_does_not_erase_the_trainer_s_earlier_peak(tiny_
 def test_a_sleeping_vllm_engine_is_in_no_phase_s_torch_peak_and_leaves_the_device(tiny_model):
     """vLLM in-process with sleep mode (level 1), sampling inside a phase, then asleep for an update: torch still
     counts vLLM's pool as reserved, the tracker leaves it out, and the device's use falls by about the pool."""
+    from pacs.ranks.memory import PhaseMemory
     from pacs.rollout import SamplingParams
     from pacs.rollout.vllm import VLLMEngine, VLLMRolloutOptions
-    from pacs.train.ranks.memory import PhaseMemory
 
     options = VLLMRolloutOptions(max_model_len=64, gpu_memory_utilization=0.2, sleep_level=1, enforce_eager=True)
     engine = VLLMEngine(str(tiny_model), [0], 0, "float32", 8, options, in_process=True)

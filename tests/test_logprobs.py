@@ -275,7 +275,7 @@ def test_compiled_decoder_layers_give_the_eager_log_probs_and_gradients():
     the first micro-batch as after the last, and fewer than the layers (no layer compiles anew)."""
     from torch._dynamo.utils import counters
 
-    from pacs.train.ranks.distributed import DistEnv
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.settings.config import TrainerConfig
     from pacs.train.update.models import scorer_of, spread
 

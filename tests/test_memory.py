@@ -1,4 +1,4 @@
-"""Memory per phase (``pacs.train.ranks.memory``) on the CPU: each phase's resident peak from the kernel's high-water
+"""Memory per phase (``pacs.ranks.memory``) on the CPU: each phase's resident peak from the kernel's high-water
 mark, reset at every boundary, and peaks that survive the resets; the preflight's check and table of them
 against the plan's figures for the same phases."""
 
@@ -12,7 +12,7 @@ from test_plan import REPO, tiny_config
 
 from pacs import experiment
 from pacs.plan.memory import PHASES
-from pacs.train.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
+from pacs.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
 from pacs.train.state.preflight import (
     PreflightError,
     check_generator_memory,
@@ -88,7 +88,7 @@ def test_the_preflight_checks_each_phase_against_the_device_and_names_the_one_ov
     limit = spec["memory"]["limit"]
     fits = {"generate": 0.6 * limit, "no_grad": 0.2 * limit, "update": 0.3 * limit}
 
-    def rank(use: dict) -> dict:  # as own_peaks gives it, GB
+    def rank(use: dict) -> dict:  # as TRACKER.peaks() gives it, GB
         phases = {p: {"rss": 1.0, "torch": 0.5 * v / 1e9, "device": v / 1e9} for p, v in use.items()}
         return {"rss": 1.0, "gpu": 1.0, "device": max(use.values()) / 1e9, "phases": phases}
 

@@ -372,7 +372,7 @@ def test_auto_sizes_are_the_fewest_recomputing_layers_then_the_largest_budget_th
 
     from pacs.plan.fit import STEP, fit_sizes
     from pacs.plan.memory import training_memory
-    from pacs.train.ranks.distributed import DistEnv
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.settings.config import TrainerConfig
     from pacs.train.update.models import spread
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pacs.train.ranks.distributed import DistEnv
+from pacs.ranks.distributed import DistEnv
 from pacs.train.state.segments import (
     JobOptions,
     Segment,

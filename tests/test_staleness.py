@@ -20,11 +20,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from pacs.config import ConfigError, to_dict
 from pacs.plan.disk import checkpoint_bytes
+from pacs.ranks.distributed import DistEnv
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
 from pacs.tensors.batch import token_logprobs
 from pacs.tensors.logprobs import PolicyScorer
-from pacs.train.ranks.distributed import DistEnv
 from pacs.train.sampling.staleness import RolloutSchedule, check_sampled
 from pacs.train.settings.config import load_run_config, resolve
 from pacs.train.settings.prompts import Prompts

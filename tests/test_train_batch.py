@@ -3,10 +3,10 @@ import torch
 from helpers import N, fixed_batch, one_update
 from transformers import AutoModelForCausalLM
 
+from pacs.ranks.distributed import DistEnv
 from pacs.rollout import Completion
 from pacs.tensors.batch import add_value_states, group_slices, rollout_batch, token_logprobs, trimmed
 from pacs.tensors.logprobs import PolicyScorer
-from pacs.train.ranks.distributed import DistEnv
 from pacs.train.sampling.rollouts import step_rows
 
 VARIANTS = [

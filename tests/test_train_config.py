@@ -68,8 +68,8 @@ def test_load_names_the_file(tmp_path):
 
 
 def test_a_strategy_the_ranks_cannot_run_is_an_error_naming_it():
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.loop import check_sizes
-    from pacs.train.ranks.distributed import DistEnv
 
     fsdp = {**MINIMAL, "trainer": {"strategy": "fsdp", "compute_dtype": "bfloat16"}, "rollout": {"engine": "vllm"}}
     check_sizes(resolve(fsdp), DistEnv(0, 2))
@@ -86,8 +86,8 @@ def test_a_fused_kernel_that_needs_cuda_is_an_error_on_a_cpu_naming_its_key(raw_
     from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
+    from pacs.ranks.distributed import DistEnv
     from pacs.tensors.kernels import adamw, liger_on
-    from pacs.train.ranks.distributed import DistEnv
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.update.models import scorer_of, spread
 
@@ -133,7 +133,7 @@ def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_mo
     from helpers import qwen3_like, transformers_modules_kept
 
     from pacs.algorithms.objectives import get_objective
-    from pacs.train.ranks.distributed import DistEnv
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.update import models as train_models
 
     modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pacs.cli import main
+from pacs.ranks.distributed import DistEnv
 from pacs.train.loop import train
-from pacs.train.ranks.distributed import DistEnv
 from pacs.train.settings.config import load_run_config
 from pacs.train.state import checkpoint as ckpt
 from pacs.train.state import retention
@@ -90,7 +90,7 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
         assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
         assert 0.0 <= r["reward/mean"] <= 1.0 and r["time/step"] > 0
         assert r["verifier/correct"] == round(r["reward/mean"] * 16 * 8)
-        # each phase's resident peak (pacs.train.ranks.memory), within the process's peak so far
+        # each phase's resident peak (pacs.ranks.memory), within the process's peak so far
         phases = [r[f"memory/{phase}/rss_gb"] for phase in ("generate", "no_grad", "update")]
         assert 0.1 < min(phases) and max(phases) <= r["memory/peak_rss_gb"]
     assert "actor/classifier_accuracy" in records[0] and "actor/score_std" in records[0]  # PACS statistics

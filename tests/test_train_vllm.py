@@ -22,10 +22,10 @@ from conftest import write_run_config
 from helpers import pacs_warm, run_until_killed
 from safetensors.torch import load_file
 
+from pacs.ranks.distributed import DistEnv
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.vllm import kv_cache_bytes
-from pacs.train.ranks.distributed import DistEnv
 from pacs.train.sampling.rollouts import check_logprob_gap, logprob_gap, sampled_logprobs
 from pacs.train.settings.config import DEFAULT_LOGPROB_GAP, resolve
 from pacs.train.state import checkpoint as ckpt

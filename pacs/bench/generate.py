@@ -2,7 +2,7 @@
 hf``), for a model built from a shape with random weights: seconds and tokens/s of one ``generate`` call per rank,
 and the collectives it issues.
 
-Under ``trainer.strategy: fsdp`` the trainer gathers the policy once per call (``once``: ``pacs.train.ranks.distributed
+Under ``trainer.strategy: fsdp`` the trainer gathers the policy once per call (``once``: ``pacs.ranks.distributed
 .gathered``); ``per-token`` is the call without it, FSDP2 gathering every layer around each forward, so once per
 decoded token, and transformers keeping the ranks in step with an all-reduce per token (``synced_gpus``). Every
 rank samples ``prompts`` random prompts, ``n`` samples each, exactly ``new_tokens`` tokens (stop tokens ignored).
@@ -23,9 +23,9 @@ def generate_worker(shape: str, overrides: dict, trainer: dict, prompts: int, n:
 
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
+    from pacs.ranks.distributed import gather_objects, init_distributed
     from pacs.rollout import SamplingParams
     from pacs.rollout.hf import HFEngine
-    from pacs.train.ranks.distributed import gather_objects, init_distributed
     from pacs.train.sampling.rollouts import hf_engine
     from pacs.train.settings.config import TrainerConfig
     from pacs.train.update.models import scorer_of, spread

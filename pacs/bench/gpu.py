@@ -187,8 +187,8 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
     updates, generations, began = [], [], time.perf_counter()
     parts = [(shape, {}) for shape in shapes]
     if slice_shape:
-        from pacs.train.ranks.distributed import DistEnv
-        from pacs.train.ranks.sizes import device_memory
+        from pacs.ranks.distributed import DistEnv
+        from pacs.train.update.sizes import device_memory
 
         layers = slice_layers(slice_shape, overrides, run, memory or device_memory(None, DistEnv()), 1 if cuda else 0)
         parts.append((slice_shape, {"num_hidden_layers": layers}))

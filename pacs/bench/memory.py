@@ -21,8 +21,8 @@ from pathlib import Path
 def logprob_peak(mode: str, rows: int, length: int, vocab: int, hidden: int, chunk_size: int, device: str) -> dict:
     import torch
 
+    from pacs.ranks.memory import resident_peak
     from pacs.tensors.logprobs import ChunkedLogprobs
-    from pacs.train.ranks.memory import resident_peak
 
     torch.manual_seed(0)
     h = torch.randn(rows * length, hidden, device=device, requires_grad=True)

@@ -86,10 +86,10 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
     from pacs.plan.memory import dims
+    from pacs.ranks.distributed import init_distributed, total_norm
+    from pacs.ranks.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.tensors.batch import token_logprobs, trimmed
     from pacs.tensors.kernels import adamw
-    from pacs.train.ranks.distributed import init_distributed, total_norm
-    from pacs.train.ranks.memory import reset_resident_peak, resident_peak, status_bytes
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.update import packing
     from pacs.train.update.minibatch import micro_batch
@@ -235,14 +235,14 @@ def profile_step(step, cuda: bool) -> dict:
 
 def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, response_length: int):
     """The trainer config with ``auto`` sizes resolved as a run on this device resolves them (``pacs.plan.fit``,
-    ``pacs.train.ranks.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
+    ``pacs.train.update.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
     resolved to ({} when none was auto)."""
     import dataclasses
 
     from pacs.config import to_dict
     from pacs.plan.calibration import Calibration
     from pacs.plan.fit import fit_sizes, is_auto
-    from pacs.train.ranks.sizes import device_memory
+    from pacs.train.update.sizes import device_memory
 
     if not is_auto(to_dict(t)):
         return t, {}

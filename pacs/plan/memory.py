@@ -1,6 +1,6 @@
 """Bytes per GPU of a training or evaluation job, by component, from the model's shape and the job's config.
 
-A training step is counted per GPU in the phases that ``pacs.train.ranks.memory`` measures (``PHASES``, in the
+A training step is counted per GPU in the phases that ``pacs.ranks.memory`` measures (``PHASES``, in the
 step's order), and the job's peak is the largest:
 
 - **generate**: the trainer's parameters and moments (gradients are freed after each optimizer step) and a
@@ -171,7 +171,7 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
         generate["vllm"] = share
     if run["rollout"]["engine"] != "vllm":  # transformers samples from the trained policy itself
         generate["sampling"] = sampling_bytes(d, bc, run, world)
-        if fsdp:  # gathered whole in the compute dtype for the call (pacs.train.ranks.distributed.gathered)
+        if fsdp:  # gathered whole in the compute dtype for the call (pacs.ranks.distributed.gathered)
             generate["gathered"] = d["params"] * bc
         return {"generate": generate, "no_grad": no_grad, "update": update}
     length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][

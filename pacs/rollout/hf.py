@@ -24,7 +24,7 @@ class HFEngine:
         """``generate``: what to call instead of ``model.generate`` (same arguments): the trainer's, for a model
         whose parameters a wrapper gathers around its own forward (FSDP2). ``gathered``: a context around a
         whole ``generate`` call inside which the model's parameters are whole (the trainer's: FSDP2's shards
-        gathered once, ``pacs.train.ranks.distributed.gathered``); transformers then keeps no ranks in step
+        gathered once, ``pacs.ranks.distributed.gathered``); transformers then keeps no ranks in step
         (``synced_gpus`` off): each decodes its own prompts to their own lengths."""
         self.generate_fn = generate or model.generate
         self.gathered = gathered

@@ -33,7 +33,7 @@ Every vLLM detail of the project lives in this file.
   to start when that much is not free. On CPU the KV cache is therefore always given explicitly: the
   ``kv_cache_gib`` option, or what ``max_sequences`` sequences of ``max_model_len`` tokens need.
 - **Memory on GPU.** With sleep mode, what vLLM holds sits in a torch ``MemPool`` that torch counts as reserved
-  even while vLLM sleeps; ``pooled_bytes`` says how much, for ``pacs.train.ranks.memory`` to leave out.
+  even while vLLM sleeps; ``pooled_bytes`` says how much, for ``pacs.ranks.memory`` to leave out.
 """
 
 import os

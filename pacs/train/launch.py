@@ -43,8 +43,8 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
     import torch
     import torch.distributed as dist
 
+    from pacs.ranks.distributed import init_distributed
     from pacs.train.loop import train
-    from pacs.train.ranks.distributed import init_distributed
 
     config = load_run_config(config_path)
     if config.rollout.generator_ranks:  # the job's last ranks generate for the others (pacs.train.sampling.generators)

@@ -18,10 +18,9 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
+from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
+from pacs.ranks.memory import peak_memory, phase
 from pacs.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
-from pacs.train.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
-from pacs.train.ranks.memory import phase
-from pacs.train.ranks.sizes import resolve_sizes
 from pacs.train.sampling.generators import release_generators, schedule
 from pacs.train.sampling.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
 from pacs.train.sampling.staleness import RolloutSchedule
@@ -29,10 +28,11 @@ from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
 from pacs.train.state import checkpoint as ckpt
 from pacs.train.state import retention
-from pacs.train.state.records import check_run_dir, heldout_accuracy, peak_memory, rollout_stats, truncate_metrics
+from pacs.train.state.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
 from pacs.train.state.segments import JobOptions, Segment
 from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.update.models import Models, load_models, reset_reference, save_checkpoint
+from pacs.train.update.sizes import resolve_sizes
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
 

@@ -32,11 +32,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from pacs.ranks.distributed import DistEnv
+from pacs.ranks.memory import TRACKER
 from pacs.rollout import Completion, SamplingParams
 from pacs.rollout.base import StaleRolloutError, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint, weights_fingerprint
 from pacs.tensors.batch import rollout_batch
-from pacs.train.ranks.distributed import DistEnv
 from pacs.train.sampling.link import BATCHES, finish
 from pacs.train.sampling.rollouts import (
     check_push,
@@ -48,7 +49,6 @@ from pacs.train.sampling.rollouts import (
 )
 from pacs.train.sampling.staleness import RolloutSchedule, Sampled, check_sampled, done
 from pacs.train.settings.config import RunConfig, compute_dtype
-from pacs.train.state.records import own_peaks
 
 # --- the trainers' side ----------------------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ def serve(config: RunConfig, env: DistEnv) -> int:
             part = sample(s, config, generator.engine, prompts, pool, role.generator, role.generators)
             part.update(generator=role.generator, weights_step=generator.held, fingerprint=generator.fingerprint())
             part["seconds"]["idle"] = time.perf_counter() - waited - sum(part["seconds"].values())
-            part["memory"] = {k: v for k, v in own_peaks().items() if k in ("rss", "gpu", "device")}
+            part["memory"] = {k: v for k, v in TRACKER.peaks().items() if k in ("rss", "gpu", "device")}
             finish(pending)
             pending = generator.link.send(part, 0, BATCHES, wait=False)  # a push may come first: the trainers take it
         while generator.held < total:  # the last updates' pushes, checked as every other

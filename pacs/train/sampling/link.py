@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from pacs.train.ranks.distributed import DistEnv, init_distributed
+from pacs.ranks.distributed import DistEnv, init_distributed
 from pacs.train.settings.config import RunConfig
 
 LINK_TIMEOUT = datetime.timedelta(hours=6)  # a trainer waits on the link for a generator's whole batch

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pacs.ranks.distributed import DistEnv, all_reduce, full_tensors, gathered
+from pacs.ranks.memory import phase
 from pacs.rollout import Completion, RolloutEngine, SamplingParams
 from pacs.rollout.base import StaleRolloutError, derived_seed, rollout_seed, stop_token_ids
 from pacs.rollout.fingerprint import fingerprint
 from pacs.tensors.batch import Batch, rollout_batch
-from pacs.train.ranks.distributed import DistEnv, all_reduce, full_tensors, gathered
-from pacs.train.ranks.memory import phase
 from pacs.train.settings.config import RunConfig, compute_dtype
 
 

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
+from pacs.ranks.distributed import DistEnv
+from pacs.ranks.memory import phase
 from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.fingerprint import weights_fingerprint
 from pacs.tensors.batch import Batch
-from pacs.train.ranks.distributed import DistEnv
-from pacs.train.ranks.memory import phase
 from pacs.train.sampling.rollouts import push_weights, rollout
 from pacs.train.settings.config import RunConfig
 from pacs.train.update.minibatch import policy_logprobs

@@ -2,4 +2,4 @@
 and the run directory (``records``), segments of a run under a time limit (``segments``), a job that lives and
 dies whole (``lifetime``), and the preflight (``preflight``).
 
-May import ``settings`` and ``ranks``."""
+May import ``settings``."""

@@ -14,10 +14,10 @@ In ``DIR``:
    ``rollout.max_response_length``), a checkpoint at the last step, no held-out evaluation and no wandb,
    trained by the command of the training job itself (``pacs train``: torchrun, srun across nodes). The first
    step pays for warm-up and the optimizer's state; the last one is the run's worst-case step. Each rank's
-   peak memory in each phase of a step (``pacs.train.ranks.memory``: on a GPU the device's use, the CUDA context,
+   peak memory in each phase of a step (``pacs.ranks.memory``: on a GPU the device's use, the CUDA context,
    NCCL and vLLM awake included, a sleeping vLLM's pool not; else the process's resident peak) is checked
    against ``memory.limit``; beside generator ranks (``rollout.generator_ranks``), the largest generator's
-   peak too. The sizes a ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.ranks.sizes``) are
+   peak too. The sizes a ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.update.sizes``) are
    reported beside the plan's (``memory.sizes``).
 2. The checkpoint read back: every file against the sizes and SHA-256 of its manifest, as a resume checks it.
 3. ``eval/``: one evaluation chunk (``chunk_problems`` problems) of that checkpoint with the benchmark's
@@ -174,7 +174,7 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
 
 
 def read_back(spec: dict, root: Path) -> dict:
-    from pacs.train.ranks.distributed import DistEnv
+    from pacs.ranks.distributed import DistEnv
     from pacs.train.state.checkpoint import complete_checkpoints
     from pacs.train.state.retention import problems
 

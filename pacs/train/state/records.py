@@ -9,40 +9,11 @@ import torch
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
 from pacs.io import atomic_write_text
+from pacs.ranks.distributed import DistEnv, all_reduce
 from pacs.tensors.batch import Batch
-from pacs.train.ranks.distributed import DistEnv, all_reduce, gather_objects
-from pacs.train.ranks.memory import PHASES, TRACKER
 from pacs.train.settings.config import RunConfig
 from pacs.verify import PASSING, status_counts
 from pacs.verify.sandbox import LEVELS
-
-
-def own_peaks() -> dict:
-    """This process's peak memory so far, GB (``pacs.train.ranks.memory``): resident (``rss``), on a GPU torch's
-    reserved peak without the rollout engine's own pool (``gpu``) and the device's use (``device``), and
-    under ``phases`` each phase's."""
-    return TRACKER.peaks()
-
-
-def peak_memory(env: DistEnv) -> dict:
-    """The largest of any rank so far, GB: the process's peak resident memory and, on a GPU, torch's peak
-    reserved memory without the engine's pool; and per phase (``memory/<phase>/``) its resident memory and,
-    on a GPU, torch's peak and the device's use."""
-    mine = own_peaks()
-    keys = ["peak_rss", *(["peak_gpu"] if "gpu" in mine else [])]
-    values = [mine[k.removeprefix("peak_")] for k in keys]
-    for name in PHASES:  # every rank runs every phase of every step
-        figures = mine["phases"].get(name, {})
-        for kind in ("rss", "torch", "device") if "gpu" in mine else ("rss",):
-            keys.append(f"{name}/{kind}")
-            values.append(figures.get(kind, 0.0))
-    peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
-    return {f"memory/{k}_gb": v for k, v in zip(keys, peak, strict=True)}
-
-
-def rank_peaks(env: DistEnv) -> list[dict]:
-    """Every rank's ``own_peaks``, in rank order (a collective)."""
-    return gather_objects(own_peaks(), env)
 
 
 def verifier_counts(verdicts, task: str, env: DistEnv) -> dict[str, int]:

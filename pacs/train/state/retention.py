@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from pacs.io import atomic_write_json
-from pacs.train.ranks.distributed import DistEnv, barrier, gather_objects
+from pacs.ranks.distributed import DistEnv, barrier, gather_objects
 from pacs.train.state import checkpoint as ckpt
 
 MANIFEST = "manifest.json"

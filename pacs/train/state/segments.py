@@ -121,7 +121,7 @@ class Segment:
         self._record("signal", signal=self.signalled, step=self.step)
 
     def begin(self, step: int, sizes: dict | None = None) -> None:
-        """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.ranks.sizes``)."""
+        """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.update.sizes``)."""
         self._refresh()
         self.step = step
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
@@ -151,7 +151,7 @@ class Segment:
         """Why this job must stop after the step it just finished ("" to go on): the same answer on every rank."""
         import torch
 
-        from pacs.train.ranks.distributed import all_reduce
+        from pacs.ranks.distributed import all_reduce
 
         self._refresh()
         checkpoint = self.checkpoint_s or self.step_s  # not yet measured: as long as a step
@@ -165,7 +165,7 @@ class Segment:
 
     def stop(self, step: int, reason: str) -> None:
         """On every rank (it gathers each rank's peak memory): the job ends here, saved at ``step``."""
-        from pacs.train.state.records import rank_peaks
+        from pacs.ranks.memory import rank_peaks
 
         self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
                      peak_gb=rank_peaks(self.env))  # fmt: skip

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import torch
 
+from pacs.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
 from pacs.tensors.varlen import PackedRows, to_device
-from pacs.train.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.train.settings.config import RunConfig
 from pacs.train.update.packing import Micro, balanced_plan, budget_plan, fixed_plan
 

@@ -15,10 +15,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from pacs import collector
 from pacs.algorithms.objectives import Objective
+from pacs.ranks.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.tensors.kernels import adamw, check_device, liger_on, use_liger_kernels
 from pacs.tensors.logprobs import PolicyScorer
 from pacs.tensors.varlen import use_varlen_attention
-from pacs.train.ranks.distributed import DistEnv, barrier, full_tensors, wrap
 from pacs.train.settings.config import RunConfig, TrainerConfig, compute_dtype
 from pacs.train.state import checkpoint as ckpt
 from pacs.train.state import retention

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce
 from pacs.tensors.batch import SEQUENCE_KEYS, Batch, pad_columns
-from pacs.train.ranks.distributed import DistEnv, all_gather_rows, all_reduce
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from pacs.plan.memory import PHASES
+from pacs.ranks.distributed import DistEnv, all_reduce, gather_objects
 
 
 def status_bytes(field: str) -> int:
@@ -140,3 +141,24 @@ def phase(name: str, engine=None):
     if engine is not None:
         TRACKER.pooled = engine.pooled_bytes
     return TRACKER.phase(name)
+
+
+def peak_memory(env: DistEnv) -> dict:
+    """The largest of any rank so far, GB: the process's peak resident memory and, on a GPU, torch's peak
+    reserved memory without the engine's pool; and per phase (``memory/<phase>/``) its resident memory and,
+    on a GPU, torch's peak and the device's use."""
+    mine = TRACKER.peaks()
+    keys = ["peak_rss", *(["peak_gpu"] if "gpu" in mine else [])]
+    values = [mine[k.removeprefix("peak_")] for k in keys]
+    for name in PHASES:  # every rank runs every phase of every step
+        figures = mine["phases"].get(name, {})
+        for kind in ("rss", "torch", "device") if "gpu" in mine else ("rss",):
+            keys.append(f"{name}/{kind}")
+            values.append(figures.get(kind, 0.0))
+    peak = all_reduce(torch.tensor(values, dtype=torch.float64), env, "max").tolist()
+    return {f"memory/{k}_gb": v for k, v in zip(keys, peak, strict=True)}
+
+
+def rank_peaks(env: DistEnv) -> list[dict]:
+    """Every rank's ``TRACKER.peaks()``, in rank order (a collective)."""
+    return gather_objects(TRACKER.peaks(), env)

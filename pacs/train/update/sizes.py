@@ -18,7 +18,7 @@ from transformers import AutoConfig
 from pacs.config import to_dict
 from pacs.plan.calibration import Calibration
 from pacs.plan.fit import fit_sizes, is_auto
-from pacs.train.ranks.distributed import DistEnv, all_reduce
+from pacs.ranks.distributed import DistEnv, all_reduce
 from pacs.train.settings.config import RunConfig
 
 
