@@ -406,7 +406,7 @@ def preflight_dir(config: dict, shape: str) -> str:
 
 
 def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
-    """``{shape: spec}``: one preflight (``pacs.train.state.preflight``) per distinct training job shape, named after
+    """``{shape: spec}``: one preflight (``pacs.runs.preflight``) per distinct training job shape, named after
     the first of its runs (``<model>_<method>``); ``spec["runs"]`` names every run it stands for, and
     ``spec["key"]`` (a hash of the run as it trains, seeds, steps and the rest of ``PREFLIGHT_IGNORED`` aside)
     changes exactly when its training measurements may. Its memory limit and evaluation chunk are not in it."""

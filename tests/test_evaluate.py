@@ -238,7 +238,7 @@ def test_greedy_quick_mode_is_the_training_loops_heldout_accuracy(tiny_model, to
     from pacs.ranks.distributed import DistEnv
     from pacs.rollout.base import stop_token_ids
     from pacs.rollout.hf import HFEngine
-    from pacs.train.state.records import heldout_accuracy
+    from pacs.train.sampling.stats import heldout_accuracy
     from pacs.verify import VerifierPool
 
     out = tmp_path / "greedy"

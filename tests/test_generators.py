@@ -19,10 +19,10 @@ from helpers import descendants, run_until_killed, warm_ranks
 from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, rewards
 from transformers import AutoModelForCausalLM
 
+from pacs.runs import checkpoint as ckpt
+from pacs.runs.segments import EXIT_STOPPED
 from pacs.tensors.batch import token_logprobs
 from pacs.tensors.logprobs import PolicyScorer
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state.segments import EXIT_STOPPED
 
 STEPS = 4
 

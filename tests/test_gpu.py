@@ -37,7 +37,7 @@ from helpers import run_until_killed
 from safetensors.torch import load_file
 
 from pacs.rollout.vllm import vllm_available
-from pacs.train.state import checkpoint as ckpt
+from pacs.runs import checkpoint as ckpt
 
 CUDA = torch.cuda.is_available()
 ON_CPU = not CUDA and os.environ.get("PACS_GPU_SUITE_ON_CPU") == "1"

@@ -13,7 +13,7 @@ from test_plan import REPO, tiny_config
 from pacs import experiment
 from pacs.plan.memory import PHASES
 from pacs.ranks.memory import PhaseMemory, reset_resident_peak, resident_peak
-from pacs.train.state.preflight import (
+from pacs.runs.preflight import (
     PreflightError,
     check_generator_memory,
     check_memory,
@@ -21,7 +21,7 @@ from pacs.train.state.preflight import (
     preflight_run_config,
     run_training,
 )
-from pacs.train.state.segments import EXIT_STOPPED
+from pacs.runs.segments import EXIT_STOPPED
 
 MB = 10**6
 BUFFER = 300 * MB

@@ -6,9 +6,9 @@ import copy
 import pytest
 import torch
 
+from pacs.runs import checkpoint as ckpt
 from pacs.tensors.kernels import adamw
 from pacs.train.settings.config import OptimConfig
-from pacs.train.state import checkpoint as ckpt
 
 # on CUDA (``pytest -m gpu``) the fused kernel reads ``step`` on the device, the multi-tensor one on the CPU
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False")

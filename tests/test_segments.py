@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pacs.ranks.distributed import DistEnv
-from pacs.train.state.segments import (
+from pacs.runs.segments import (
     JobOptions,
     Segment,
     check_continuation,

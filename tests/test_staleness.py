@@ -23,13 +23,13 @@ from pacs.plan.disk import checkpoint_bytes
 from pacs.ranks.distributed import DistEnv
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError, rollout_seed
+from pacs.runs import checkpoint as ckpt
+from pacs.runs.segments import EXIT_STOPPED
 from pacs.tensors.batch import token_logprobs
 from pacs.tensors.logprobs import PolicyScorer
 from pacs.train.sampling.staleness import RolloutSchedule, check_sampled
 from pacs.train.settings.config import load_run_config, resolve
 from pacs.train.settings.prompts import Prompts
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state.segments import EXIT_STOPPED
 
 STEPS = 6
 

@@ -86,7 +86,7 @@ def test_no_module_of_pacs_imports_itself_back():
 
 # pacs.train's rooms (README, "Where each mechanism lives"), each on a floor: a room imports only rooms on lower
 # floors; the loop and the job (pacs.train.loop, pacs.train.launch) stand above them all
-TRAIN_FLOORS = {"settings": 0, "state": 1, "update": 2, "sampling": 3}
+TRAIN_FLOORS = {"settings": 0, "update": 1, "sampling": 2}
 TRAIN_TOP = {"pacs.train", "pacs.train.loop", "pacs.train.launch"}
 LONGEST = 400  # lines a file of pacs may have; a longer one says in its docstring why it is "kept whole"
 LARGEST_ROOM = 0.15  # of the package's lines, in the files of one folder
@@ -140,10 +140,10 @@ def test_no_file_is_longer_than_one_reading_unless_it_says_why_and_no_room_holds
 # 0.6 s importing math-verify (sympy) for configs that only name its extractors, and a third of a second importing
 # matplotlib's pyplot for the report's figure names (workflow/rules/report.smk); the preflight's checkpoint
 # check (its launcher's own) needs torch but not transformers (4 s more)
-LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.train.state.segments",
-         "pacs.train.launch", "pacs.train.state.preflight", "pacs.cli", "pacs.report.figures",
+LIGHT = ("pacs.experiment", "pacs.config", "pacs.eval.diversity", "pacs.plan.jobs", "pacs.runs.segments",
+         "pacs.train.launch", "pacs.runs.preflight", "pacs.cli", "pacs.report.figures",
          "pacs.report.tables")  # fmt: skip
-CHECKPOINT_CHECK = ("pacs.train.state.retention", "pacs.train.state.checkpoint", "pacs.ranks.distributed")
+CHECKPOINT_CHECK = ("pacs.runs.retention", "pacs.runs.checkpoint", "pacs.ranks.distributed")
 
 
 HEAVY = {

@@ -10,9 +10,9 @@ from conftest import write_run_config
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from pacs.runs import checkpoint as ckpt
 from pacs.train import loop
 from pacs.train.settings.config import load_run_config
-from pacs.train.state import checkpoint as ckpt
 from pacs.verify import CODE_STATUSES, VerifierPool, score_code
 from pacs.verify.code import extract_code
 from pacs.verify.sandbox import LEVELS, resolve_isolation

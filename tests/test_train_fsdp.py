@@ -16,9 +16,9 @@ from helpers import signal_alone, survivors
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from pacs.runs import checkpoint as ckpt
+from pacs.runs.segments import EXIT_STOPPED, read_segments
 from pacs.train.launch import free_port, multinode_command, torchrun_command
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state.segments import EXIT_STOPPED, read_segments
 
 STEPS = 4
 TRAINER = {"total_steps": STEPS, "batch_size": 8, "mini_batch_size": 4, "micro_batch_size": 2, "strategy": "fsdp",

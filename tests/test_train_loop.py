@@ -18,11 +18,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pacs.cli import main
 from pacs.ranks.distributed import DistEnv
+from pacs.runs import checkpoint as ckpt
+from pacs.runs import retention
+from pacs.runs.segments import EXIT_STOPPED, read_segments
 from pacs.train.loop import train
 from pacs.train.settings.config import load_run_config
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state import retention
-from pacs.train.state.segments import EXIT_STOPPED, read_segments
 
 STEP_KEYS = {
     "reward/mean", "accuracy", "groups/all_correct_frac", "groups/all_wrong_frac", "response_length/mean",

@@ -26,9 +26,9 @@ from pacs.ranks.distributed import DistEnv
 from pacs.rollout import Completion
 from pacs.rollout.base import StaleRolloutError
 from pacs.rollout.vllm import kv_cache_bytes
+from pacs.runs import checkpoint as ckpt
 from pacs.train.sampling.rollouts import check_logprob_gap, logprob_gap, sampled_logprobs
 from pacs.train.settings.config import DEFAULT_LOGPROB_GAP, resolve
-from pacs.train.state import checkpoint as ckpt
 
 TESTS = Path(__file__).parent
 VLLM_ROLLOUT = {"engine": "vllm", "vllm": {"enforce_eager": True}}  # eager: an engine start in seconds

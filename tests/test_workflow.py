@@ -39,8 +39,8 @@ from workflow_runs import (
     venv_env,
 )
 
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state.segments import EXIT_STOPPED, read_segments
+from pacs.runs import checkpoint as ckpt
+from pacs.runs.segments import EXIT_STOPPED, read_segments
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ TEARDOWN_S = 70
 TEARDOWN_JOB = """
 import os, signal, sys, time
 from pacs.train import launch
-from pacs.train.state import segments
+from pacs.runs import segments
 
 took, run = segments.Segment.took, launch.run
 

@@ -7,7 +7,7 @@ import os
 import sys
 
 from pacs.cli import main
-from pacs.train.state import checkpoint as ckpt
+from pacs.runs import checkpoint as ckpt
 
 if __name__ == "__main__":
     step = int(sys.argv.pop(1))

@@ -117,7 +117,7 @@ def client(socket_path: str, real_pacs: str) -> None:
 
 def serve(socket_path: str) -> None:
     from pacs import collector, imports_left_out
-    from pacs.train.state.lifetime import die_with_parent
+    from pacs.runs.lifetime import die_with_parent
 
     die_with_parent()  # the test process that started it
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 def add_parser(verbs) -> None:
     pf = verbs.add_parser("preflight", help="a few steps of a training job at its maximum lengths, on its resources")
-    pf.add_argument("--spec", type=Path, required=True, help="JSON the workflow writes (pacs.train.state.preflight)")
+    pf.add_argument("--spec", type=Path, required=True, help="JSON the workflow writes (pacs.runs.preflight)")
     pf.add_argument("--out", type=Path, required=True, help="directory: preflight.json, preflight.md, run/, eval/")
     pf.add_argument("--nproc-per-node", type=int, default=1, help="as pacs train: ranks per node (GPUs)")
     pf.add_argument("--nnodes", type=int, default=1, help="as pacs train: nodes of the SLURM allocation")
@@ -16,7 +16,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from pacs.train.state.preflight import PreflightError, preflight
+    from pacs.runs.preflight import PreflightError, preflight
 
     spec = json.loads(args.spec.read_text())
     launcher = [sys.executable, "-m", "pacs.cli", "train", "--nproc-per-node", str(args.nproc_per_node),

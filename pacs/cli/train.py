@@ -23,8 +23,8 @@ def add_parser(verbs) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from pacs.runs.segments import JobOptions
     from pacs.train.launch import launch
-    from pacs.train.state.segments import JobOptions
 
     job = JobOptions(args.restart_on_change, args.attempt, args.keep_weights)
     return launch(args.config, args.out, job, args.nproc_per_node, args.nnodes)

@@ -1,5 +1,5 @@
 """Bytes on disk of one training checkpoint, by part, from the model's shape and the run config
-(``pacs.train.state.checkpoint`` says what each part is):
+(``pacs.runs.checkpoint`` says what each part is):
 
 - **policy**: the HF weights in the compute dtype (``trainer.compute_dtype``, else ``model.dtype``);
 - **critic** (PPO): its HF weights in ``model.dtype`` (the LM head replaced by a one-output value head);

@@ -69,7 +69,7 @@ class Job:
     disk: dict = field(default_factory=dict)  # training: peak and final bytes under retention (plan.disk)
     seconds_longest: float | None = None  # training: every response at its maximum length
     max_runtime: int | None = None  # minutes a job may run (resources.train.max_runtime); None: no limit
-    # measured by the run's preflight (pacs.train.state.preflight), in place of the calibration's constants
+    # measured by the run's preflight (pacs.runs.preflight), in place of the calibration's constants
     startup_s: float | None = None
     checkpoint_s: float | None = None
     # training: the micro-batch's sizes resolved for the GPU where the run says auto (pacs.plan.fit), or, with

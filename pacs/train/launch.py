@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from pacs.config import to_dict
+from pacs.runs.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
+from pacs.runs.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
 from pacs.train.settings.config import load_run_config
-from pacs.train.state.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
-from pacs.train.state.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
 from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
 
@@ -78,10 +78,10 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
     return 0
 
 
-# torchrun as pacs.train.state.lifetime runs it: deaf to SIGUSR1 (whose default action would kill it, and with it the
+# torchrun as pacs.runs.lifetime runs it: deaf to SIGUSR1 (whose default action would kill it, and with it the
 # job: SLURM's warning signal, sbatch --signal=USR1@SECONDS, reaches every process of the step, the ranks included,
 # which stop in time), a SIGTERM or SIGINT passed to the ranks, dying with the process that started it
-TORCHRUN_MAIN = "from pacs.train.state.lifetime import torchrun_main; torchrun_main('torch.distributed.run')"
+TORCHRUN_MAIN = "from pacs.runs.lifetime import torchrun_main; torchrun_main('torch.distributed.run')"
 
 
 def free_port() -> int:
@@ -129,10 +129,10 @@ def record_launch(out: Path, entry: dict) -> None:
 def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_per_node: int = 1,
            nnodes: int = 1) -> int:  # fmt: skip
     """Start the run as the request and the environment say (module docstring); returns the exit status:
-    ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.train.state.segments``)."""
+    ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.runs.segments``)."""
     environ, job = os.environ, job or JobOptions()
     if "LOCAL_RANK" in environ:  # a rank torchrun started
-        rank_dies_with_torchrun()  # pacs.train.state.lifetime
+        rank_dies_with_torchrun()  # pacs.runs.lifetime
         if int(environ.get("RANK", 0)):
             return run(config_path, out, job)
         # rank 0 holds the directory's lock for the job, where the pacs train that started torchrun does not
@@ -141,7 +141,7 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
     with sole_writer(out, "pacs train"):  # one writer per run directory, for as long as the job lives
-        # the teardown after the ranks' stop measured (pacs.train.state.segments): later jobs keep time for it
+        # the teardown after the ranks' stop measured (pacs.runs.segments): later jobs keep time for it
         return teardown_recorded(out, lambda: _launch(config_path, out, job, nproc_per_node, nnodes))
 
 

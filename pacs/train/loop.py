@@ -20,16 +20,17 @@ from tqdm import tqdm
 from pacs.algorithms.objectives import Objective, get_objective
 from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.ranks.memory import peak_memory, phase
+from pacs.runs import checkpoint as ckpt
+from pacs.runs import retention
+from pacs.runs.directory import check_run_dir, truncate_metrics
+from pacs.runs.segments import JobOptions, Segment
 from pacs.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.sampling.generators import release_generators, schedule
 from pacs.train.sampling.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
 from pacs.train.sampling.staleness import RolloutSchedule
+from pacs.train.sampling.stats import heldout_accuracy, rollout_stats
 from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state import retention
-from pacs.train.state.records import check_run_dir, heldout_accuracy, rollout_stats, truncate_metrics
-from pacs.train.state.segments import JobOptions, Segment
 from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.update.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.update.sizes import resolve_sizes
@@ -198,7 +199,7 @@ def train(
     config: RunConfig, out: Path, env: DistEnv | None = None, log: LogFn | None = None, job: JobOptions | None = None
 ) -> dict:
     """Run, resume, or find finished the training run in ``out``; returns a short summary. The job stops
-    early, saved, when its time or a signal says so (``pacs.train.state.segments``): status "stopped".
+    early, saved, when its time or a signal says so (``pacs.runs.segments``): status "stopped".
 
     Every step's record goes to ``out/metrics.jsonl`` and to ``log`` (rank 0 only).
     """

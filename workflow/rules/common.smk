@@ -12,7 +12,7 @@ from pacs import experiment
 from pacs.config import ConfigError
 from pacs.eval.diversity import DiversityConfig
 from pacs.plan.markdown import format_plan
-from pacs.train.state.segments import check_continuation, read_segments
+from pacs.runs.segments import check_continuation, read_segments
 
 RESULTS = experiment.results_dir(config)
 CONFIGS = f"{RESULTS}/configs"
@@ -246,7 +246,7 @@ TRAIN_RETRIES = TRAIN_RETRIES if workflow.is_main_process else 0
 
 def continue_run(wildcards, attempt):
     """The attempt number for `pacs train --attempt`; before a resubmission, an error unless the job before it
-    stopped as planned (pacs.train.state.segments.check_continuation): a failure is not submitted again."""
+    stopped as planned (pacs.runs.segments.check_continuation): a failure is not submitted again."""
     if attempt > 1:
         out = Path(run_dir(wildcards.model, wildcards.method))
         check_continuation(out, read_segments(out), attempt)

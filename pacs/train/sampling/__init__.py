@@ -1,4 +1,5 @@
-"""Rollouts: a step's sampling, the weight push and its check (``rollouts``), rollouts k steps off policy
-(``staleness``), and generator ranks (``generators``) over the process groups of ``link``.
+"""Rollouts: a step's sampling, the weight push and its check (``rollouts``), what the samples show
+(``stats``), rollouts k steps off policy (``staleness``), and generator ranks (``generators``) over the process
+groups of ``link``.
 
-May import every other room of ``pacs.train``."""
+May import ``settings`` and ``update``."""

@@ -2,4 +2,4 @@
 sizes a device fits (``sizes``), micro-batches by prompts or tokens (``packing``), and the passes and optimizer
 steps over them (``minibatch``).
 
-May import ``settings`` and ``state``."""
+May import ``settings``."""

@@ -1,7 +1,7 @@
 """What a run trains and samples from: the models (loaded from the start or from a checkpoint), spread over
 ranks, their checkpoints, and PACS v2's reference reset.
 
-A checkpoint (``pacs.train.state.checkpoint``) holds the policy in HF format in the compute dtype, what the rollout
+A checkpoint (``pacs.runs.checkpoint``) holds the policy in HF format in the compute dtype, what the rollout
 engine and evaluation read; where that is below ``model.dtype`` (fsdp computing in bfloat16 over fp32 master
 weights) the masters go beside the optimizers' states, so that a resume continues from the same bits.
 """
@@ -16,12 +16,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 from pacs import collector
 from pacs.algorithms.objectives import Objective
 from pacs.ranks.distributed import DistEnv, barrier, full_tensors, wrap
+from pacs.runs import checkpoint as ckpt
+from pacs.runs import retention
 from pacs.tensors.kernels import adamw, check_device, liger_on, use_liger_kernels
 from pacs.tensors.logprobs import PolicyScorer
 from pacs.tensors.varlen import use_varlen_attention
 from pacs.train.settings.config import RunConfig, TrainerConfig, compute_dtype
-from pacs.train.state import checkpoint as ckpt
-from pacs.train.state import retention
 
 
 @dataclass

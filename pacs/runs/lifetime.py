@@ -8,7 +8,7 @@ them, and a stop asked of `pacs train` reaches every rank.
 - ``wait_forwarding_stops``: `pacs train` waits for torchrun (or srun) and passes a SIGTERM or SIGINT it
   receives on as SIGTERM; torchrun (``torchrun_main``, told not to handle the two
   itself: ``TORCHELASTIC_SIGNALS_TO_HANDLE``) passes it to each rank, in a session of its own (a terminal's Ctrl-C
-  reaches only `pacs train` and torchrun). The ranks stop after their step, saved (pacs.train.state.segments), and the
+  reaches only `pacs train` and torchrun). The ranks stop after their step, saved (pacs.runs.segments), and the
   job exits 75 as at SLURM's warning signal: the same command continues the run. torchrun itself never ends the
   ranks before they have saved; it ignores SIGUSR1, SLURM's warning, which the ranks hear themselves.
 

@@ -1,17 +1,11 @@
-"""What a run records: per-step statistics over all ranks, held-out accuracy, and its directory's config."""
-
-import json
-import shutil
-from pathlib import Path
+"""What a step's sampling shows, over all ranks: reward, verdict, group and length statistics of its rollouts,
+and the greedy accuracy on held-out prompts."""
 
 import torch
 
-from pacs.config import config_changes, pin_config, to_dict
 from pacs.eval.greedy import greedy_accuracy
-from pacs.io import atomic_write_text
 from pacs.ranks.distributed import DistEnv, all_reduce
 from pacs.tensors.batch import Batch
-from pacs.train.settings.config import RunConfig
 from pacs.verify import PASSING, status_counts
 from pacs.verify.sandbox import LEVELS
 
@@ -70,25 +64,3 @@ def heldout_accuracy(engine, token_ids: list, golds: list, score, max_new_tokens
                              task)  # fmt: skip
     correct, total = all_reduce(torch.tensor([float(result["correct"]), float(result["total"])]), env).tolist()
     return {"eval/accuracy": correct / total, "eval/problems": int(total)}
-
-
-# keys that change which files a run keeps or when a job stops, never what it computes
-NO_RESULT_KEYS = ("checkpoint.keep_resumable", "checkpoint.keep_weights", "checkpoint.stop_margin")
-
-
-def check_run_dir(out: Path, config: RunConfig, restart_on_change: bool = False) -> None:
-    """A run directory belongs to one config: resuming under a changed one (``NO_RESULT_KEYS`` aside) is an
-    error naming the keys, or with ``restart_on_change`` (what a workflow rerun wants) the old run is deleted
-    first."""
-    if restart_on_change and config_changes(out / "config.yaml", to_dict(config), NO_RESULT_KEYS):
-        for child in out.iterdir():
-            if child.name not in ("launches.jsonl", "logs"):  # what the launcher of this attempt wrote
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-    pin_config(out / "config.yaml", to_dict(config), "a run", NO_RESULT_KEYS)
-
-
-def truncate_metrics(path: Path, last_step: int) -> None:
-    """Forget what a killed run logged after its last checkpoint: those steps are redone."""
-    if path.exists():
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        atomic_write_text(path, "".join(ln + "\n" for ln in lines if json.loads(ln)["step"] <= last_step))

@@ -7,7 +7,7 @@
   (the longest step + the longest checkpoint write + the longest teardown measured in this run, across its
   segments; a write not yet measured counts as a step, a teardown not yet measured as a write) would pass the end
   time, so that the job also ends in time after its last step, or when SIGTERM, SIGINT or SIGUSR1 arrived (a preemption,
-  ``sbatch --signal=USR1@SECONDS``, a stop of `pacs train` passed on by pacs.train.state.lifetime). The run then saves
+  ``sbatch --signal=USR1@SECONDS``, a stop of `pacs train` passed on by pacs.runs.lifetime). The run then saves
   a checkpoint of that step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again
   resumes it.
 - **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pacs.io import atomic_write_json
 from pacs.ranks.distributed import DistEnv, barrier, gather_objects
-from pacs.train.state import checkpoint as ckpt
+from pacs.runs import checkpoint as ckpt
 
 MANIFEST = "manifest.json"
 # what only a resume reads; the rest of a checkpoint is the policy in HF format and its tokenizer

@@ -37,7 +37,7 @@ import yaml
 
 from pacs.io import atomic_write_json, atomic_write_text
 from pacs.plan.memory import PHASES
-from pacs.train.state.segments import EXIT_STOPPED, read_segments
+from pacs.runs.segments import EXIT_STOPPED, read_segments
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory")
 
@@ -175,8 +175,8 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
 
 def read_back(spec: dict, root: Path) -> dict:
     from pacs.ranks.distributed import DistEnv
-    from pacs.train.state.checkpoint import complete_checkpoints
-    from pacs.train.state.retention import problems
+    from pacs.runs.checkpoint import complete_checkpoints
+    from pacs.runs.retention import problems
 
     began = time.perf_counter()
     saved = complete_checkpoints(root)

@@ -10,7 +10,7 @@ dtype, the only precision it is used in), ``resume/`` (what only a resume reads,
 optimizers' states and, where the HF weights are in a lower dtype than ``model.dtype``, the policy's master
 weights), ``trainer_state.pt`` (step, counters, the step of the last reference reset), ``rng_rank{r}.pt``
 per rank (and ``inflight_rank{r}.pt``, the batches sampled ahead with ``rollout.staleness`` ≥ 1), and
-``manifest.json`` (every file's size and checksum: ``pacs.train.state.retention``). It is written under a ``.tmp``
+``manifest.json`` (every file's size and checksum: ``pacs.runs.retention``). It is written under a ``.tmp``
 name and renamed when every file is on disk, so a crash mid-write leaves only a ``.tmp`` directory, which
 resume deletes.
 """
