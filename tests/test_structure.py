@@ -1,5 +1,6 @@
-"""The package's structure: no import circles in pacs/, counting the imports made inside functions too; what
-the workflow and the launchers import leaves torch out."""
+"""The package's structure: no import circles in pacs/, counting the imports made inside functions too, not even
+between its rooms (its sub-packages and top-level modules) or the trainer's; no room too large, no file too long
+without its reason; what the workflow and the launchers import leaves torch out."""
 
 import ast
 import subprocess
@@ -89,7 +90,7 @@ def test_no_module_of_pacs_imports_itself_back():
 TRAIN_FLOORS = {"settings": 0, "update": 1, "sampling": 2}
 TRAIN_TOP = {"pacs.train", "pacs.train.loop", "pacs.train.launch"}
 LONGEST = 400  # lines a file of pacs may have; a longer one says in its docstring why it is "kept whole"
-LARGEST_ROOM = 0.15  # of the package's lines, in the files of one folder
+LARGEST_ROOM = 0.15  # of the package's lines, in one room of the package
 
 
 def train_room(module: str) -> str:
@@ -122,17 +123,34 @@ def pacs_docstring(module: str) -> str:
     return ast.get_docstring(ast.parse(module_names()[module].read_text(encoding="utf-8"))) or ""
 
 
+def room_of(module: str) -> str:
+    """The package's room a module is in: its sub-package or, for a module beside them, itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_package_s_rooms_import_each_other_in_one_direction():
+    """No circle between the package's rooms: were there one, some import would run from a room up to one that
+    stands above it (``pacs.plan`` to ``pacs.bench``, say), and neither could be read without the other."""
+    graph = import_graph()
+    rooms: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        rooms.setdefault(room_of(module), set()).update(room_of(d) for d in imported if room_of(d) != room_of(module))
+    assert circles(rooms) == []
+    assert {"pacs.ranks", "pacs.tensors", "pacs.runs"} <= rooms["pacs.train"]  # the rooms the trainer stands on
+
+
 def test_no_file_is_longer_than_one_reading_unless_it_says_why_and_no_room_holds_too_much():
-    """A file of pacs past ``LONGEST`` lines says in its docstring why it is kept whole; the files of no folder
-    hold more than ``LARGEST_ROOM`` of the package's lines."""
+    """A file of pacs past ``LONGEST`` lines says in its docstring why it is kept whole; no room of the package
+    (a sub-package with all its files, or a module beside them) holds more than ``LARGEST_ROOM`` of its lines."""
     lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_names().items()}
     long = sorted(n for n, count in lines.items() if count > LONGEST and "kept whole" not in pacs_docstring(n))
     assert long == []
-    rooms: dict[Path, int] = {}
-    for name, path in module_names().items():
-        rooms[path.parent] = rooms.get(path.parent, 0) + lines[name]
+    rooms: dict[str, int] = {}
+    for name, count in lines.items():
+        rooms[room_of(name)] = rooms.get(room_of(name), 0) + count
     total = sum(lines.values())
-    assert max(rooms.values()) <= LARGEST_ROOM * total, {str(r.relative_to(ROOT)): c for r, c in rooms.items()}
+    assert max(rooms.values()) <= LARGEST_ROOM * total, sorted(rooms.items(), key=lambda r: -r[1])[:3]
+    assert rooms["pacs.train"] > lines["pacs.train.loop"]  # a room counts the files of its sub-packages
 
 
 # what the Snakefile imports (workflow/rules/common.smk), and the launchers of a training job: every Snakemake
