@@ -237,29 +237,19 @@ def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, r
     """The trainer config with ``auto`` sizes resolved as a run on this device resolves them (``pacs.plan.fit``,
     ``pacs.train.update.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
     resolved to ({} when none was auto)."""
-    import dataclasses
-
     from pacs.config import to_dict
-    from pacs.plan.calibration import Calibration
-    from pacs.plan.fit import fit_sizes, is_auto
-    from pacs.train.update.sizes import device_memory
+    from pacs.plan.fit import is_auto
+    from pacs.train.update.sizes import fit_trainer
 
     if not is_auto(to_dict(t)):
         return t, {}
-    memory, cal = device_memory(t.memory_limit_gb, env), Calibration()
     run = {"model": {"dtype": "float32"}, "data": {"max_prompt_length": prompt_length},
            "trainer": {**to_dict(t), "batch_size": rows // group_size * env.world_size,
                        "mini_batch_size": rows // group_size * env.world_size},
            "rollout": {"n": group_size, "max_response_length": response_length, "engine": "hf",
                        "prompt_batch_size": 1, "vllm": {}}}  # fmt: skip
-    gpus = env.world_size if env.device.startswith("cuda") else 0
-    trainer, fit = fit_sizes(shape, run, gpus, env.world_size, False, False, memory, cal.vllm_overhead_bytes,
-                             cal.overhead_bytes)  # fmt: skip
-    sizes = {"max_tokens_per_micro_batch": fit.tokens, "checkpoint_layers": fit.layers, "memory_bytes": memory,
-             "planned_bytes": fit.peak, "fits": fit.fits}  # fmt: skip
-    resolved = dataclasses.replace(t, max_tokens_per_micro_batch=trainer["max_tokens_per_micro_batch"],
-                                   checkpoint_layers=trainer["checkpoint_layers"])  # fmt: skip
-    return resolved, sizes
+    resolved, fit, sizes = fit_trainer(t, shape, run, env, False, False)
+    return resolved, {**sizes, "fits": fit.fits}
 
 
 def run_ranks(module: str, nproc: int, spec: dict, timeout_s: float = 3600) -> dict:

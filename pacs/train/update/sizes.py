@@ -17,9 +17,9 @@ from transformers import AutoConfig
 
 from pacs.config import to_dict
 from pacs.plan.calibration import Calibration
-from pacs.plan.fit import fit_sizes, is_auto
+from pacs.plan.fit import Fit, fit_sizes, is_auto
 from pacs.ranks.distributed import DistEnv, all_reduce
-from pacs.train.settings.config import RunConfig
+from pacs.train.settings.config import RunConfig, TrainerConfig
 
 
 def device_memory(limit_gb: float | None, env: DistEnv) -> int:
@@ -37,29 +37,37 @@ def device_memory(limit_gb: float | None, env: DistEnv) -> int:
     return int(all_reduce(torch.tensor(mine, dtype=torch.int64), env, "min"))
 
 
-def resolve_sizes(config: RunConfig, env: DistEnv, needs_reference: bool, critic: bool) -> tuple[RunConfig, dict]:
-    """``config`` with its auto sizes resolved for this job's devices, and what was resolved ({} when nothing
-    was auto): ``max_tokens_per_micro_batch``, ``checkpoint_layers``, the device's ``memory_bytes`` and the
-    plan's ``planned_bytes`` at those sizes. A device that cannot hold one group at the maximum lengths is an
-    error naming the keys."""
-    t = config.trainer
-    if not is_auto(to_dict(t)):
-        return config, {}
+def fit_trainer(t: TrainerConfig, shape, run: dict, env: DistEnv, needs_reference: bool,
+                critic: bool) -> tuple[TrainerConfig, Fit, dict]:  # fmt: skip
+    """``t`` with its auto sizes resolved by the memory plan for ``shape`` and ``run`` (a run's config as a dict)
+    on this job's devices, the plan's ``Fit``, and the record of it: ``max_tokens_per_micro_batch``,
+    ``checkpoint_layers``, the device's ``memory_bytes`` and the plan's ``planned_bytes`` at those sizes."""
     memory, cal = device_memory(t.memory_limit_gb, env), Calibration()
     gpus = env.world_size if str(env.device).startswith("cuda") else 0
-    shape = AutoConfig.from_pretrained(config.model.path)
-    trainer, fit = fit_sizes(shape, to_dict(config), gpus, env.world_size, needs_reference, critic, memory,
+    trainer, fit = fit_sizes(shape, run, gpus, env.world_size, needs_reference, critic, memory,
                              cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+    resolved = dataclasses.replace(t, max_tokens_per_micro_batch=trainer["max_tokens_per_micro_batch"],
+                                   checkpoint_layers=trainer["checkpoint_layers"])  # fmt: skip
+    sizes = {"max_tokens_per_micro_batch": fit.tokens, "checkpoint_layers": fit.layers,
+             "memory_bytes": memory, "planned_bytes": fit.peak}  # fmt: skip
+    return resolved, fit, sizes
+
+
+def resolve_sizes(config: RunConfig, env: DistEnv, needs_reference: bool, critic: bool) -> tuple[RunConfig, dict]:
+    """``config`` with its auto sizes resolved for this job's devices, and what was resolved ({} when nothing
+    was auto; ``fit_trainer``). A device that cannot hold one group at the maximum lengths is an error naming
+    the keys."""
+    if not is_auto(to_dict(config.trainer)):
+        return config, {}
+    shape = AutoConfig.from_pretrained(config.model.path)
+    resolved, fit, sizes = fit_trainer(config.trainer, shape, to_dict(config), env, needs_reference, critic)
+    memory = sizes["memory_bytes"]
     if not fit.fits:
         raise ValueError(f"trainer.max_tokens_per_micro_batch / trainer.checkpoint_layers auto: one group at the "
                          f"maximum lengths ({fit.floor} tokens) plans {fit.peak / 1e9:.1f} GB per rank with "
                          f"{fit.layers if fit.layers is not None else 'every'} layer(s) recomputing, more than this "
                          f"device's {memory / 1e9:.1f} GB; run pacs plan for the components and the keys to "
                          "change (trainer.strategy fsdp, more GPUs, rollout.max_response_length)")  # fmt: skip
-    resolved = dataclasses.replace(t, max_tokens_per_micro_batch=trainer["max_tokens_per_micro_batch"],
-                                   checkpoint_layers=trainer["checkpoint_layers"])  # fmt: skip
-    sizes = {"max_tokens_per_micro_batch": fit.tokens, "checkpoint_layers": fit.layers,
-             "memory_bytes": memory, "planned_bytes": fit.peak}  # fmt: skip
     if env.main:
         print(f"micro-batches sized for {memory / 1e9:.1f} GB per rank (planned {fit.peak / 1e9:.1f} GB): trainer."
               f"max_tokens_per_micro_batch {fit.tokens}, trainer.checkpoint_layers {fit.layers}", flush=True)
