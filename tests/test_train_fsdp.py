@@ -82,7 +82,9 @@ def assert_same_run(out: Path, reference: Path) -> None:
 def test_a_stopped_and_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, tmp_path):
     """`pacs train --nproc-per-node 2` (standalone torchrun) interrupted three ways, each resumed by the same
     command: its own process alone terminated (SIGTERM) after step 1, and the ranks stop after their step, saved,
-    the job exits 75 and ends; resumed, its own process alone killed (SIGKILL) after step 3, and every process of
+    the job exits 75 and ends, with torchrun's shutdown window at 0 s (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 30 s by
+    default: every step here outlasts it, as a 7B step and its checkpoint outlast 30 s; torchrun must not be the
+    one to end the ranks); resumed, its own process alone killed (SIGKILL) after step 3, and every process of
     the job ends within seconds (each dies with its parent); rerun, its ranks die while writing the step-4
     checkpoint; rerun again to the end: the same weights, critic and rewards as the uninterrupted two-node run,
     bit for bit."""
@@ -92,7 +94,7 @@ def test_a_stopped_and_killed_fsdp_run_resumes_bitwise(two_nodes, fsdp_config, t
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     metrics = out / "metrics.jsonl"
     after1 = lambda: metrics.exists() and any(r["step"] >= 1 for r in read_metrics(out))  # noqa: E731
-    launcher, job = signal_alone(command, env, after1, signal.SIGTERM)
+    launcher, job = signal_alone(command, {**env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "0"}, after1, signal.SIGTERM)
     assert launcher.wait(timeout=300) == EXIT_STOPPED
     assert not survivors(job, within_s=10), "processes of the job outlived its stop"
     stopped = ckpt.latest_checkpoint(out / "checkpoints")[0]
@@ -128,6 +130,8 @@ def test_multinode_launch_is_one_srun_task_per_node(tmp_path):
     assert command[:6] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                            f"--output={tmp_path / 'logs' / 'node%n.log'}"]  # fmt: skip
     rest = command[6:]
+    # torchrun leaves SIGTERM and SIGINT to pacs's handler, which passes them to the ranks (pacs.runs.lifetime)
+    assert rest[rest.index("--signals-to-handle") + 1] == "SIGHUP,SIGQUIT"
     for flag, value in (("--nnodes", "2"), ("--nproc_per_node", "8"), ("--rdzv_backend", "c10d"),
                         ("--rdzv_endpoint", "gpu-a01:29411"), ("--rdzv_id", "1234")):  # fmt: skip
         assert rest[rest.index(flag) + 1] == value, flag

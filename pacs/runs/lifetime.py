@@ -6,11 +6,16 @@ them, and a stop asked of `pacs train` reaches every rank.
   since it may have gone before the signal was armed. torchrun, started by `pacs train` (``torchrun_main``), dies
   with it, and each rank with torchrun.
 - ``wait_forwarding_stops``: `pacs train` waits for torchrun (or srun) and passes a SIGTERM or SIGINT it
-  receives on as SIGTERM; torchrun (``torchrun_main``, told not to handle the two
-  itself: ``TORCHELASTIC_SIGNALS_TO_HANDLE``) passes it to each rank, in a session of its own (a terminal's Ctrl-C
-  reaches only `pacs train` and torchrun). The ranks stop after their step, saved (pacs.runs.segments), and the
-  job exits 75 as at SLURM's warning signal: the same command continues the run. torchrun itself never ends the
-  ranks before they have saved; it ignores SIGUSR1, SLURM's warning, which the ranks hear themselves.
+  receives on as SIGTERM; torchrun (``torchrun_main``) passes it to each rank, in a session of its own (a
+  terminal's Ctrl-C reaches only `pacs train` and torchrun). The ranks stop after their step, saved
+  (pacs.runs.segments), and the job exits 75 as at SLURM's warning signal: the same command continues the run,
+  however long the step and its checkpoint take. torchrun itself never ends the ranks for these two: it is
+  started with ``--signals-to-handle SIGHUP,SIGQUIT`` (``SIGNALS_TORCHRUN_HANDLES``; its default, SIGTERM and
+  SIGINT included, would replace our handler with its own, which sends the ranks SIGTERM and SIGKILLs them
+  ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds later, 30 by default: a 7B step and its checkpoint do not fit). It
+  ignores SIGUSR1, SLURM's warning, which the ranks hear themselves. SIGHUP and SIGQUIT sent to torchrun itself
+  still end the job its way (the signal to the ranks, SIGKILL 30 s later; the step in flight is lost, the last
+  checkpoint stands); sent to `pacs train` they end it, and torchrun and the ranks die with it.
 
 Several nodes (one srun step, a torchrun per node): srun passes the SIGTERM to each node's torchrun, which passes
 it to its ranks; each torchrun and its ranks die with the process srun started there, and SLURM ends the step's
@@ -31,6 +36,8 @@ PR_SET_PDEATHSIG = 1
 PARENT = "PACS_PARENT_PID"  # set by `pacs train` for the torchrun it starts: torchrun's expected parent
 TORCHRUN = "PACS_TORCHRUN_PID"  # set by torchrun_main for its ranks: their expected parent
 STOPS = (signal.SIGTERM, signal.SIGINT)
+# torchrun's --signals-to-handle: not STOPS, whose handler here passes them to the ranks (module docstring)
+SIGNALS_TORCHRUN_HANDLES = "SIGHUP,SIGQUIT"
 
 
 def die_with_parent(expected: int | None = None) -> None:
@@ -44,7 +51,8 @@ def die_with_parent(expected: int | None = None) -> None:
 
 
 def torchrun_main(module: str = "torch.distributed.run") -> None:
-    """torchrun (``module``), as `pacs train` starts it: a SIGTERM or SIGINT passed to its ranks as SIGTERM (they
+    """torchrun (``module``), as `pacs train` starts it (with ``--signals-to-handle SIGNALS_TORCHRUN_HANDLES`` among
+    its arguments, ``pacs.train.launch.torchrun_command``): a SIGTERM or SIGINT passed to its ranks as SIGTERM (they
     save, then end), SIGUSR1 ignored; dying with `pacs train` and naming itself to its ranks, which die with it."""
 
     def pass_on(signum, frame) -> None:
@@ -55,7 +63,6 @@ def torchrun_main(module: str = "torch.distributed.run") -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     for s in STOPS:
         signal.signal(s, pass_on)
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGHUP,SIGQUIT"  # not SIGTERM and SIGINT: ours above
     parent = os.environ.pop(PARENT, None)
     die_with_parent(int(parent) if parent else None)
     os.environ[TORCHRUN] = str(os.getpid())

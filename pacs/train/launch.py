@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from pacs.config import to_dict
-from pacs.runs.lifetime import PARENT, rank_dies_with_torchrun, wait_forwarding_stops
+from pacs.runs.lifetime import PARENT, SIGNALS_TORCHRUN_HANDLES, rank_dies_with_torchrun, wait_forwarding_stops
 from pacs.runs.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
 from pacs.train.settings.config import load_run_config
 from pacs.wandb_runs import check_environment, start_run
@@ -93,8 +93,9 @@ def free_port() -> int:
 def torchrun_command(
     nnodes: int, nproc_per_node: int, endpoint: str | None, rdzv_id: str, args: list[str]
 ) -> list[str]:
-    """torchrun for one node of the run; ``endpoint`` None: a standalone single-node rendezvous."""
-    torchrun = [sys.executable, "-c", TORCHRUN_MAIN]
+    """torchrun for one node of the run; ``endpoint`` None: a standalone single-node rendezvous. torchrun leaves
+    SIGTERM and SIGINT to ``torchrun_main``'s handler, which passes them to the ranks (pacs.runs.lifetime)."""
+    torchrun = [sys.executable, "-c", TORCHRUN_MAIN, "--signals-to-handle", SIGNALS_TORCHRUN_HANDLES]
     if endpoint is None:
         where = ["--standalone"]
     else:
