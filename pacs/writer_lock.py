@@ -2,16 +2,22 @@
 long as they write into OUT, so that a second command started into a live directory exits at once instead of
 writing over the first one's checkpoints or responses.
 
-The lock is POSIX's (``fcntl``), taken without waiting: the kernel releases it when its holder exits or dies, so a
-crashed or killed run leaves no stale lock to clear by hand. ``.lock`` itself is never written (a finished run run
-again changes nothing in OUT); while it holds the lock the holder names itself (host, pid, command, since when) in
+The lock is POSIX's (``fcntl``), taken without waiting: the kernel releases it when its holder exits or dies, so on
+one machine, on NFS v4 (whose leases expire with a dead client) and on Lustre mounted with ``flock`` a crashed or
+killed run leaves no stale lock to clear by hand. ``.lock`` itself is never written (a finished run run again
+changes nothing in OUT); while it holds the lock the holder names itself (host, pid, command, since when) in
 ``.lock.holder``, removed when it lets go, which a refused writer's error repeats. The processes a holder starts
-(torchrun's ranks) write under its lock: ``PACS_WRITER_LOCK`` names the directory for them.
+(torchrun's ranks) write under its lock: ``PACS_WRITER_LOCK`` names the directory for them. Whatever cleans OUT
+under a holder spares the lock's files (``is_lock_file``).
 
 On one machine the lock is exact. On a cluster's shared file system it is what the file system makes of POSIX
-locks: NFS v4 and Lustre mounted with ``flock`` give every node the same lock; Lustre's ``localflock`` gives each
-node its own (two nodes are then not kept apart), and a file system that refuses locks fails the command, naming
-the directory (config/README.md, "One writer per directory").
+locks: NFS v4, NFS v3 and Lustre mounted with ``flock`` give every node the same lock; Lustre's ``localflock`` gives
+each node its own (two nodes are then not kept apart), and a file system that refuses locks fails the command,
+naming the directory. NFS v3's locks go through its lock manager (NLM), which keeps a crashed node's locks on the
+server until that node reboots (``statd`` tells the server) or an admin clears them: a run on a node that died
+leaves a stale lock there, whose holder (host, pid) the refusal names; once it is checked gone, the node's return
+or the admins clear it, and run directories on NFS v4 or Lustre ``flock`` avoid it (config/README.md, "One writer
+per directory").
 """
 
 import fcntl
@@ -30,6 +36,13 @@ HELD = "PACS_WRITER_LOCK"  # the directory whose lock a parent process holds for
 
 class DirectoryBusy(ValueError):
     """Another live process writes into the directory."""
+
+
+def is_lock_file(name: str) -> bool:
+    """Whether OUT's file ``name`` is the lock's own (``.lock``, ``.lock.holder``, the holder's temporary
+    ``.lock.holder.<pid>``): a cleaning of OUT spares them, since deleting ``.lock`` under a live holder would let
+    the next writer lock a fresh file of that name beside it (``pacs.runs.directory.check_run_dir``)."""
+    return name in (LOCK, HOLDER) or name.startswith(HOLDER + ".")
 
 
 def holder_of(out: Path) -> str:

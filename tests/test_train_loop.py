@@ -20,9 +20,11 @@ from pacs.cli import main
 from pacs.ranks.distributed import DistEnv
 from pacs.runs import checkpoint as ckpt
 from pacs.runs import retention
+from pacs.runs.directory import check_run_dir
 from pacs.runs.segments import EXIT_STOPPED, read_segments
 from pacs.train.loop import train
 from pacs.train.settings.config import load_run_config
+from pacs.writer_lock import HELD, sole_writer
 
 STEP_KEYS = {
     "reward/mean", "accuracy", "groups/all_correct_frac", "groups/all_wrong_frac", "response_length/mean",
@@ -171,6 +173,27 @@ def test_a_second_writer_into_a_live_run_is_refused_naming_it_and_the_live_run_e
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
     assert rewards(out) == rewards(uninterrupted)
     assert not (out / ".lock.holder").exists()  # the holder's name goes with it; .lock stays, never written
+
+
+def test_a_restart_on_change_keeps_the_lock_so_a_second_writer_is_still_refused(tmp_path):
+    """--restart-on-change deletes the run of another config while the launcher holds the directory's lock (as the
+    workflow's rerun does): the lock's files stay, so a second pacs train into the live directory is still refused,
+    naming the holder, rather than taking a fresh lock beside the live run."""
+    old = load_run_config(write_run_config(tmp_path / "old.yaml", tmp_path / "model", tmp_path / "data"))
+    new = write_run_config(tmp_path / "new.yaml", tmp_path / "model", tmp_path / "data", optim={"lr": 2e-4})
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(new), "--out", str(out),
+               "--restart-on-change"]  # fmt: skip
+    with sole_writer(out, "pacs train"):
+        env = {k: v for k, v in os.environ.items() if k != HELD}  # a stranger's, not one of the holder's ranks
+        check_run_dir(out, old)
+        (out / "metrics.jsonl").write_text("{}\n")
+        check_run_dir(out, load_run_config(new), restart_on_change=True)
+        assert not (out / "metrics.jsonl").exists()  # the old run went
+        second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"{out}: pid {os.getpid()} on {socket.gethostname()} since " in second.stderr, second.stderr[-2000:]
+    assert "pacs train refuses a second writer" in second.stderr
 
 
 def test_a_run_dir_refuses_a_changed_config(uninterrupted, tiny_model, toy_data, tmp_path, capsys):

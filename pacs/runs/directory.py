@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.io import atomic_write_text
+from pacs.writer_lock import is_lock_file
 
 # keys that change which files a run keeps or when a job stops, never what it computes
 NO_RESULT_KEYS = ("checkpoint.keep_resumable", "checkpoint.keep_weights", "checkpoint.stop_margin")
@@ -14,10 +15,11 @@ NO_RESULT_KEYS = ("checkpoint.keep_resumable", "checkpoint.keep_weights", "check
 def check_run_dir(out: Path, config, restart_on_change: bool = False) -> None:
     """A run directory belongs to one config (the run's ``RunConfig``): resuming under a changed one
     (``NO_RESULT_KEYS`` aside) is an error naming the keys, or with ``restart_on_change`` (what a workflow rerun
-    wants) the old run is deleted first."""
+    wants) the old run is deleted first, but for the launcher's logs and the directory's lock, which it holds."""
     if restart_on_change and config_changes(out / "config.yaml", to_dict(config), NO_RESULT_KEYS):
         for child in out.iterdir():
-            if child.name not in ("launches.jsonl", "logs"):  # what the launcher of this attempt wrote
+            # what the launcher of this attempt wrote, and the lock it holds (pacs.writer_lock)
+            if child.name not in ("launches.jsonl", "logs") and not is_lock_file(child.name):
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     pin_config(out / "config.yaml", to_dict(config), "a run", NO_RESULT_KEYS)
 
