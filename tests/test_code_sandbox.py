@@ -180,3 +180,33 @@ def test_the_graders_profiles_offer_numpy_read_only_and_nothing_else_installed(l
         verdict = run_program(program, tests, CodeConfig(grading=grading, isolation=level))
         assert (verdict.status, verdict.isolation.split("+")[0]) == ("passed", level), (grading, verdict)
     assert not (Path(np.__file__).parent / "planted.py").exists()
+
+
+def test_the_graders_profiles_offer_numpy_from_an_environment_under_tmp():
+    """An environment under /tmp (a node-local scratch copy, a container, a clone CI made there) still offers
+    its numpy to a program: the sandbox's own /tmp is mounted before the packages are bound, not over them."""
+    import numpy as np
+
+    need_bubblewrap()
+    env_dir = Path(tempfile.mkdtemp(prefix="pacs-env-", dir="/tmp"))
+    try:
+        top = Path(np.__file__).parent
+        for source in (top, top.with_name("numpy.libs")):
+            if source.is_dir():
+                shutil.copytree(source, env_dir / "site" / source.name, symlinks=True)
+        program = "import numpy as np\nclass Solution:\n    def f(self, a):\n        return int(np.sum(np.ones(a)))"
+        script = "\n".join([
+            "import importlib.util, json, sys",
+            "from pacs.verify.code import CodeConfig, CodeTest, CodeTests, run_program",
+            "assert importlib.util.find_spec('numpy').origin.startswith('/tmp/'), importlib.util.find_spec('numpy')",
+            "tests = CodeTests((CodeTest('3', '3', 'functional'),), 'f')",
+            "verdict = run_program(sys.argv[1], tests, CodeConfig(grading='livecodebench', isolation='bubblewrap'))",
+            "print(json.dumps(verdict._asdict()))"])  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(env_dir / "site")}
+        done = subprocess.run([sys.executable, "-c", script, program], capture_output=True, text=True, cwd=REPO,
+                              env=env, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        verdict = json.loads(done.stdout)
+        assert (verdict["status"], verdict["isolation"].split("+")[0]) == ("passed", "bubblewrap"), verdict["detail"]
+    finally:
+        shutil.rmtree(env_dir, ignore_errors=True)

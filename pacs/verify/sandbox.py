@@ -5,8 +5,9 @@ Two isolation levels, probed once per process:
 - ``bubblewrap``: the harness runs under ``bwrap`` in new user, PID, network, IPC, UTS and mount
   namespaces, as nobody, dying with its parent, with an empty environment. Mounted read-only: /usr (and
   /lib, /lib64, /bin as the host has them), the interpreter's own prefix, the harness and ``graders.py``, the
-  packages a grading profile adds (``code.PACKAGES``, from pacs's environment, at their own paths); a
-  size-bounded tmpfs /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
+  packages a grading profile adds (``code.PACKAGES``, from pacs's environment, at their own paths, bound after
+  the tmpfs mounts so that an environment under /tmp is not hidden by the sandbox's own); a size-bounded tmpfs
+  /tmp is the one writable place. Not mounted: /home, /root, /etc, the project, its results/.
 - ``limits``: where bubblewrap cannot run (not installed, or user namespaces switched off), the harness runs
   as a plain process in its own session, with an empty environment, in a fresh private directory, and,
   started as root, drops to nobody.
@@ -104,14 +105,16 @@ def bubblewrap_command(tmpfs_bytes: int, packages: list[str]) -> list[str]:
         mounts += ["--ro-bind", python, python]
     for package in packages:
         mounts += ["--ro-bind", package, package]
+    # bwrap applies its options in order: the tmpfs mounts come before the binds, which would be hidden under
+    # them where pacs's environment or interpreter lies under /tmp (a node-local copy, a container, CI's clone)
     return [
         shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent",
         "--new-session", "--clearenv", "--cap-drop", "ALL",
-        "--uid", str(NOBODY), "--gid", str(NOBODY), *mounts,
+        "--uid", str(NOBODY), "--gid", str(NOBODY),
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(1 << 20), "--tmpfs", "/dev/shm", *mounts,
         "--ro-bind", str(HARNESS), "/sandbox/harness.py",
         "--ro-bind", str(GRADERS), "/sandbox/graders.py", "--ro-bind", str(CONFINEMENT), "/sandbox/confinement.py",
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--size", str(1 << 20), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev", "--remount-ro", "/", "--disable-userns", "--as-pid-1", "--chdir", "/tmp",
         python, "-I", "/sandbox/harness.py",
     ]  # fmt: skip
