@@ -279,9 +279,12 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     one, bf16 compute, checkpointing, micro-batches sized by memory: ``auto``) of a tiny shape and a slice of a
     wider one (at most the layers the memory plan fits), then the memory bandwidth and transformers' generation.
     It says each part as it goes, writes the file after each and a table beside it; the plan prices each model at
-    the nearest measured width. A part past its time limit is recorded as such; an unknown shape fails before any
-    part runs; without CUDA and without --allow-cpu it refuses."""
-    from pacs.bench.gpu import update_part, update_run
+    the nearest measured width. Each model is built on the meta device and materialised (its build's seconds in
+    its row, and the loss it trains on finite); the peak memory the allocator reserved is a GPU's figure ('-' on
+    CPU); every MFU is said to be one rank's, without collectives. A part past its time limit, counted from its
+    model's build, or past the build's own limit is recorded as such; an unknown shape fails before any part runs;
+    without CUDA and without --allow-cpu it refuses."""
+    from pacs.bench.gpu import ONE_RANK, update_part, update_run
 
     out = tmp_path / "gpu.json"
     args = ["bench", "gpu", "--shapes", "tiny", "--slice", "qwen2.5-0.5b", "--set", "num_hidden_layers=2",
@@ -294,8 +297,10 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     assert "qwen9-nope" in capsys.readouterr().err and not out.exists()
     assert main([*args, "--allow-cpu"]) == 0
     said = capsys.readouterr().out
-    assert re.search(r"3 parts, each under 70 s: updates of tiny, qwen2.5-0.5b \(2 layers\), no liger", said), said
+    assert re.search(r"3 parts, each under 70 s once its model is built \(under 300 s\): updates of tiny, "
+                     r"qwen2.5-0.5b \(2 layers\), no liger", said), said  # fmt: skip
     assert re.search(r"tiny no liger: 2 updates of 4 rows.*\ntiny no liger: \d+ tokens/s, MFU [\d.]+, 1 micro-batch"
+                     r".*\(reserved - GB, planned [\d.]+ GB\), built in [\d.]+ s"
                      r".*\nqwen2.5-0.5b \(2 layers\) no liger: 2 updates", said), said  # fmt: skip
     assert re.search(r"memory bandwidth: \d+ GB/s\ntiny: transformers generate, 4 sequences", said), said
     data = json.loads(out.read_text())
@@ -305,10 +310,16 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     for u in updates:
         assert u["strategy"] == "fsdp" and u["trainer"]["compute_dtype"] == "bfloat16" and u["planned"]["gathered"] > 0
         assert u["trainer"]["max_tokens_per_micro_batch"] == "auto" and u["sizes"]["max_tokens_per_micro_batch"] > 0
+        assert u["build_s"] > 0 and len(u["losses"]) == len(u["grad_norms"]) == 2
+        assert all(math.isfinite(x) and x > 0 for x in [*u["losses"], *u["grad_norms"]])
+        assert u["ranks"][0]["peak_reserved_bytes"] is None and u["ranks"][0]["peak_bytes"] > 0
     assert data["train_mfu_by_width"] == {"128": updates[0]["mfu"], "896": updates[1]["mfu"]}
     assert data["train_mfu"] == updates[0]["mfu"] and data["hbm_bytes_per_s"] > 0
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
-    assert "| qwen2.5-0.5b | 2 | no liger |" in out.with_suffix(".md").read_text()
+    table = out.with_suffix(".md").read_text()
+    assert "| qwen2.5-0.5b | 2 | no liger |" in table and ONE_RANK in data["source"] and f"MFU of {ONE_RANK}." in table
+    assert "| peak GB | reserved GB | planned GB | build s |" in table
+    assert re.search(r"\| qwen2.5-0.5b \| 2 \| no liger \|.* \| [\d.]+ \| - \| [\d.]+ \| [\d.]+ \|\n", table), table
     plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
     cal = plan.calibration
     assert cal.train_mfu_by_width == data["train_mfu_by_width"] and cal.peak_flops == 1e12
@@ -317,7 +328,57 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     assert f"train MFU {updates[0]['mfu']:.3f} at width 128, {updates[1]['mfu']:.3f} at width 896" in format_plan(plan)
     run = update_run(4, 2, 16, 48, {"strategy": "fsdp", "compute_dtype": "bfloat16"})
     late = update_part("tiny", {}, run["trainer"], run, 2, 1e12, 0.01, False)
-    assert late == {"shape": "tiny", "hidden_size": 128, "error": "timed out after 0 s"}
+    assert late.pop("build_s") > 0 and late == {"shape": "tiny", "hidden_size": 128,
+                                                "error": "timed out 0 s after its model was built"}  # fmt: skip
+    unbuilt = update_part("tiny", {}, run["trainer"], run, 2, 1e12, 60, False, build_s=0.01)
+    assert unbuilt == {"shape": "tiny", "hidden_size": 128, "error": "timed out after 0 s before its model was built"}
+
+
+def test_the_peak_flops_are_the_exact_card_s():
+    """The dense bf16 peak by the name torch gives the card, case and spacing aside: an H100 PCIe or NVL is not
+    priced as an SXM H100, and a card not in the table is an error asking for --peak-flops."""
+    from pacs.bench.gpu import peak_flops_of
+
+    assert peak_flops_of("NVIDIA H100 80GB HBM3") == peak_flops_of("NVIDIA H200") == 989e12
+    assert peak_flops_of("NVIDIA H100 PCIe") == 756e12 and peak_flops_of(" nvidia  h100 nvl ") == 835e12
+    assert peak_flops_of("NVIDIA H200 NVL") == 835e12 and peak_flops_of("NVIDIA B200") == 2250e12
+    for a100 in ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB"):
+        assert peak_flops_of(a100) == 312e12
+    for unknown in ("NVIDIA H100", "NVIDIA H100 SXM5 94GB", "NVIDIA GeForce RTX 4090", "cpu"):
+        with pytest.raises(ValueError, match=rf"{re.escape(repr(unknown))} is not in .*give --peak-flops"):
+            peak_flops_of(unknown)
+
+
+def test_a_model_built_on_the_meta_device_is_the_model_from_config():
+    """``pacs.bench.update.built_model`` (meta device, then materialised) gives what ``from_config`` gives: the
+    same parameters by name and shape, the LM head tied to the embeddings, transformers' initialisation (unit
+    norms, weights at ``initializer_range``, the rotary frequencies computed again) and a finite forward."""
+    from transformers import AutoModelForCausalLM
+
+    from pacs.bench.update import built_model, update_batch
+    from pacs.config import from_dict
+    from pacs.ranks.distributed import DistEnv
+    from pacs.tensors.batch import token_logprobs
+    from pacs.train.settings.config import TrainerConfig
+    from pacs.train.update.minibatch import micro_batch
+    from pacs.train.update.packing import Micro
+
+    config = model_config("qwen2.5-0.5b", num_hidden_layers=2, vocab_size=512, intermediate_size=256)
+    reference = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    t = from_dict(TrainerConfig, {"strategy": "ddp", "logprob_chunk_size": 64})
+    torch.manual_seed(0)
+    model, module = built_model(config, t, DistEnv())
+    assert config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    assert shapes == {n: p.shape for n, p in reference.named_parameters()} and not any(
+        p.is_meta for p in model.parameters())  # fmt: skip
+    assert sum(p.numel() for p in module.parameters()) == sum(p.numel() for p in reference.parameters())
+    assert torch.equal(model.model.rotary_emb.inv_freq, reference.model.rotary_emb.inv_freq)
+    assert torch.equal(model.model.norm.weight, torch.ones(config.hidden_size))
+    assert abs(model.model.layers[0].mlp.up_proj.weight.std().item() - config.initializer_range) < 2e-3
+    batch = update_batch(config.vocab_size, 4, 2, 8, 16, "fixed", 0)
+    logprobs, _ = token_logprobs(module, micro_batch(batch, Micro([0, 1]), 2, "cpu", None), 1.0, None, 2)
+    assert logprobs.isfinite().all() and (logprobs < 0).any()
 
 
 def test_preflight_measurements_replace_the_plans_constants(tmp_path, monkeypatch):

@@ -73,8 +73,8 @@ def generate_worker(shape: str, overrides: dict, trainer: dict, prompts: int, n:
 
 def run_generate_bench(shape: str, overrides: dict, nproc: int, trainer: dict, prompts: int, n: int,
                        prompt_length: int, new_tokens: int, variants: list[str]) -> dict:  # fmt: skip
-    """Each variant on ``nproc`` ranks of one ``torchrun`` (``pacs.bench.update.run_ranks``)."""
-    from pacs.bench.update import run_ranks
+    """Each variant on ``nproc`` ranks of one ``torchrun`` (``pacs.bench.ranks.run_ranks``)."""
+    from pacs.bench.ranks import run_ranks
 
     spec = {"shape": shape, "overrides": overrides, "trainer": trainer, "prompts": prompts, "n": n,
             "prompt_length": prompt_length, "new_tokens": new_tokens, "variants": variants}  # fmt: skip
@@ -82,6 +82,6 @@ def run_generate_bench(shape: str, overrides: dict, nproc: int, trainer: dict, p
 
 
 if __name__ == "__main__":
-    from pacs.bench.update import rank_main
+    from pacs.bench.ranks import rank_main
 
     sys.exit(rank_main(generate_worker, None))

@@ -1,9 +1,13 @@
 """`pacs bench gpu`: the plan's constants measured on this machine's GPU in one sitting, written as a calibration
 file (``plan.calibration``).
 
-Each part runs in a process of its own under its own time limit (``part_s``), so one slow part (a compile, an
-out-of-memory) is recorded as such and cannot cost the others; the file is written after each part, so a bench
-stopped midway leaves what it measured. The parts:
+Each part runs in a process of its own, so one slow part (a compile, an out-of-memory) is recorded as such and
+cannot cost the others; the file is written after each part, so a bench stopped midway leaves what it measured. A
+part's time limit (``part_s``) counts from when its model is built (``pacs.bench.ranks.run_ranks``): the process's
+start, its imports and the build have a limit of their own (``build_s``), so a wide slice's build does not eat its
+steps' time; each row records its build's seconds (``build_s``). Models are built on the meta device and
+materialised on the GPU with random weights (``pacs.bench.update.built_model``): no fp32 copy is initialised on the
+host first. The parts:
 
 - **Memory bandwidth**: a device-to-device copy of 1 GiB (bytes read and written per second), the
   ``hbm_bytes_per_s`` the plan's decoding roofline reads the weights and KV cache at (``pacs.plan.decode``);
@@ -18,12 +22,19 @@ stopped midway leaves what it measured. The parts:
   slice of ``slice_shape`` (its width, with as many decoder layers as the memory plan fits on this GPU: the 7B
   shape's matrices on one card), with Liger's kernels and without (on a CPU, without: they are Triton's).
   MFU is the update's FLOPs (6·N per position the decoder must see, the LM head over the response tokens,
-  attention over the keys each position reads; recompute not counted) per second over the GPU's peak; on a
-  GPU one more step is profiled for the busy share, the GPU's compute over the step's span (below 1 the GPU
-  waited for the host). Each update's peak memory is reported beside the plan's estimate of it.
+  attention over the keys each position reads; recompute not counted) per second over the GPU's peak (dense bf16,
+  ``PEAK_FLOPS`` by the exact name torch gives the card, or ``peak_flops``); on a GPU one more step is profiled
+  for the busy share, the GPU's compute over the step's span (below 1 the GPU waited for the host). Each update's
+  peak memory, allocated and reserved by the caching allocator (what the card must have free), is reported beside
+  the plan's estimate of it.
 - **Generation** (``generate_batch`` > 0): transformers' ``generate`` (the GPU machine may have no vLLM), written
   under ``measured`` only: several times slower than vLLM's, it would not predict the workflow's rollouts or
   evaluations, so the roofline's ``decode_efficiency`` stays the default.
+
+What it cannot measure: collectives (every part is one rank: a multi-GPU step adds FSDP2's all-gathers and
+reduce-scatters, less what overlaps compute, which the MFU does not see); vLLM's decoding (above); trained weights
+(random weights and tokens: the update's kernels do not depend on the values, only the response lengths do, and
+those follow DeepScaleR's).
 
 The file's ``train_mfu_by_width`` holds each shape's MFU (hidden size: MFU) with the kernels a run uses by
 default (Liger on CUDA), which ``pacs plan`` reads for each model at the nearest width; ``train_mfu`` the
@@ -39,12 +50,39 @@ from collections.abc import Callable
 
 from pacs.plan.calibration import Calibration
 
-# dense bf16 peak FLOP/s by device name, from the vendors' data sheets
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "B200": 2250e12}
+# beside every MFU this bench gives: what its parts cannot see
+ONE_RANK = ("one rank, no collectives: a multi-GPU step adds all-gather and reduce-scatter time the MFU does not "
+            "see")  # fmt: skip
+
+# dense bf16 peak FLOP/s by the name torch.cuda.get_device_name gives the card, from NVIDIA's data sheets (half
+# their figures "with sparsity"); the same chip differs by form factor: an H100 PCIe runs at 0.76 of an SXM's
+PEAK_FLOPS = {
+    "NVIDIA H100 80GB HBM3": 989e12,  # H100 SXM
+    "NVIDIA H100 PCIe": 756e12,
+    "NVIDIA H100 NVL": 835e12,
+    "NVIDIA H200": 989e12,  # H200 SXM
+    "NVIDIA H200 NVL": 835e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA L40S": 362e12,
+    "NVIDIA B200": 2250e12,
+}
 
 
-def peak_flops_of(name: str) -> float | None:
-    return next((v for k, v in PEAK_FLOPS.items() if k in name.upper()), None)
+def peak_flops_of(name: str) -> float:
+    """The dense bf16 peak FLOP/s of the card torch names ``name``, matched exactly but for case and spacing: a
+    card not in ``PEAK_FLOPS`` is an error, not priced as a relative (its MFU would be off by their ratio)."""
+
+    def normal(x: str) -> str:
+        return " ".join(x.split()).upper()
+
+    peak = {normal(k): v for k, v in PEAK_FLOPS.items()}.get(normal(name))
+    if peak is None:
+        raise ValueError(f"the dense bf16 peak FLOP/s of {name!r} is not in pacs.bench.gpu.PEAK_FLOPS (cards: "
+                         f"{', '.join(PEAK_FLOPS)}): give --peak-flops from its data sheet")  # fmt: skip
+    return peak
 
 
 def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: int, new_tokens: int) -> dict:
@@ -118,9 +156,11 @@ def slice_layers(name: str, overrides: dict, run: dict, memory: int, gpus: int) 
 
 
 def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: int, peak: float, part_s: float,
-                cuda: bool) -> dict:  # fmt: skip
-    """One update measurement in its own process under ``part_s`` seconds (``pacs.bench.update.measure``), with
-    the plan's estimate of its peak; a failure or a timeout is recorded under ``error``."""
+                cuda: bool, build_s: float = 300.0) -> dict:  # fmt: skip
+    """One update measurement in its own process (``pacs.bench.update.measure``) under ``part_s`` seconds from
+    its model's build, the start and the build under ``build_s``, with the plan's estimate of its peak; a failure
+    or a timeout is recorded under ``error`` (with the build's seconds where it was built)."""
+    from pacs.bench.ranks import BUILT
     from pacs.bench.update import measure
     from pacs.models.shapes import model_config
     from pacs.plan.memory import training_memory
@@ -130,12 +170,15 @@ def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: in
     try:
         result = measure(1, shape, overrides, trainer, run["trainer"]["mini_batch_size"] * r["n"],
                          run["data"]["max_prompt_length"], r["max_response_length"], steps, peak, timeout_s=part_s,
-                         group_size=r["n"], lengths="deepscaler", profile=cuda)  # fmt: skip
+                         build_timeout_s=build_s, group_size=r["n"], lengths="deepscaler", profile=cuda)  # fmt: skip
     except subprocess.TimeoutExpired as e:  # the timed steps' result where it was out before the profiled step
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
-        measured = [line for line in out.splitlines() if line.startswith("{")]
+        out = (e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or "").splitlines()
+        built = [float(line.removeprefix(BUILT).split()[0]) for line in out if line.startswith(BUILT)]
+        if not built:
+            return {**row, "error": f"timed out after {build_s:.0f} s before its model was built"}
+        measured = [line for line in out if line.startswith("{")]
         if not measured:
-            return {**row, "error": f"timed out after {part_s:.0f} s"}
+            return {**row, "build_s": built[0], "error": f"timed out {part_s:.0f} s after its model was built"}
         result = {**json.loads(measured[-1]), "profile_error": f"the profiled step timed out after {part_s:.0f} s"}
     except RuntimeError as e:  # the part's process failed: its error, and the other parts run
         return {**row, "error": str(e)[-1000:]}
@@ -145,24 +188,31 @@ def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: in
             "busy_share": result.get("profile", {}).get("busy_share")}  # fmt: skip
 
 
+def gigabytes(nbytes: int | None, digits: int = 2) -> str:
+    """``nbytes`` in GB, or '-' where there is no such figure (the reserved memory on a CPU)."""
+    return "-" if nbytes is None else f"{nbytes / 1e9:.{digits}f}"
+
+
 def part_summary(row: dict) -> str:
     if "error" in row:
         return f"FAILED: {row['error'].strip().splitlines()[-1] if row['error'].strip() else 'no message'}"
-    z = row["sizes"]
+    z, rank = row["sizes"], row["ranks"][0]
     busy = f", busy {row['busy_share']:.2f}" if row["busy_share"] is not None else ""
     busy += f" ({row['profile_error']})" if "profile_error" in row else ""
     return (f"{row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']:.3f}{busy}, {row['micro_batches']} micro-batch(es) "
             f"of at most {z['max_tokens_per_micro_batch']} tokens, {z['checkpoint_layers']} layers recomputing, peak "
-            f"{row['ranks'][0]['peak_bytes'] / 1e9:.2f} GB (planned {row['planned_update_bytes'] / 1e9:.2f} GB)")
+            f"{gigabytes(rank['peak_bytes'])} GB (reserved {gigabytes(rank.get('peak_reserved_bytes'))} GB, planned "
+            f"{gigabytes(row['planned_update_bytes'])} GB), built in {row['build_s']:.1f} s")  # fmt: skip
 
 
 def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, rows: int, group_size: int,
                   prompt_length: int, response_length: int, steps: int, part_s: float, generate_batch: int,
                   new_tokens: int, peak_flops: float | None, allow_cpu: bool = False,
                   done: Callable[[dict], None] = lambda calibration: None,
-                  say: Callable[[str], None] = lambda line: None) -> dict:  # fmt: skip
+                  say: Callable[[str], None] = lambda line: None, build_s: float = 300.0) -> dict:  # fmt: skip
     """The measurements and the calibration (``Calibration`` keys plus ``measured``) they give (module docstring).
-    ``say`` hears each part begin and end; ``done`` gets the calibration of what is measured so far after each."""
+    ``say`` hears each part begin and end; ``done`` gets the calibration of what is measured so far after each.
+    Each update part has ``part_s`` seconds once its model is built, and ``build_s`` for its start and build."""
     import torch
 
     from pacs.models.shapes import model_config
@@ -176,9 +226,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
         model_config(name, **overrides)  # an unknown shape fails here, before any part runs
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     memory = torch.cuda.get_device_properties(0).total_memory if cuda else None
-    peak = peak_flops or peak_flops_of(name)
-    if peak is None:
-        raise ValueError(f"the peak bf16 FLOP/s of {name!r} is not known: give --peak-flops")
+    peak = peak_flops or peak_flops_of(name)  # an unknown card fails here, before any part runs
     trainer = {"strategy": "fsdp", "compute_dtype": "bfloat16", "gradient_checkpointing": True, "checkpoint_layers":
                "auto", "max_tokens_per_micro_batch": "auto", "logprob_chunk_size": 1024}  # fmt: skip
     run = update_run(rows, group_size, prompt_length, response_length, trainer)
@@ -193,8 +241,9 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
         layers = slice_layers(slice_shape, overrides, run, memory or device_memory(None, DistEnv()), 1 if cuda else 0)
         parts.append((slice_shape, {"num_hidden_layers": layers}))
     names = [shape + (f" ({extra['num_hidden_layers']} layers)" if extra else "") for shape, extra in parts]
-    say(f"{len(parts) * len(variants) + 1} parts, each under {part_s:.0f} s: updates of {', '.join(names)}, "
-        f"{' and '.join(variants)}; then the memory bandwidth (in this process, which holds no GPU memory before)")
+    say(f"{len(parts) * len(variants) + 1} parts, each under {part_s:.0f} s once its model is built (under "
+        f"{build_s:.0f} s): updates of {', '.join(names)}, {' and '.join(variants)}; then the memory bandwidth (in "
+        "this process, which holds no GPU memory before)")  # fmt: skip
     bandwidth = None
     # vLLM 0.32's LLM class: 1024 sequences at once on GPUs of 70 GB or more but the A100, 256 on others
     sequences = 1024 if (memory or 0) >= 70 * 2**30 and "A100" not in name.upper() else 256
@@ -215,7 +264,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
             "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train MFU by width of "
                       f"{[u['shape'] for u in ok] or 'no shape (the default)'} ({default}); memory bandwidth of a "
                       f"device copy{'' if bandwidth else ' (not yet measured: the default)'}; decode_efficiency the "
-                      "default",
+                      f"default; {ONE_RANK}",
             "measured": {"updates": updates, "generations_transformers": generations},
         }  # fmt: skip
 
@@ -223,9 +272,9 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
         for variant, liger in variants.items():
             label = f"{named} {variant}"
             say(f"{label}: {steps} updates of {rows} rows in groups of {group_size} ({prompt_length} + up to "
-                f"{response_length} tokens), at most {part_s:.0f} s")  # fmt: skip
+                f"{response_length} tokens), at most {part_s:.0f} s once built")  # fmt: skip
             row = update_part(shape, {**overrides, **extra}, {**trainer, "liger_kernels": liger}, run, steps, peak,
-                              part_s, cuda)  # fmt: skip
+                              part_s, cuda, build_s)  # fmt: skip
             updates.append({"slice": extra.get("num_hidden_layers"), "variant": variant, **row})
             say(f"{label}: {part_summary(row)} [{time.perf_counter() - began:.0f} s]")
             done(calibration())
@@ -253,7 +302,7 @@ def format_calibration(calibration: dict) -> str:
     from pacs.bench.update import ANCHORS
 
     lines = ["| shape | layers | Liger | tokens/micro-batch | recomputing | micro-batches | s/step | tokens/s/GPU | "
-             "MFU | busy | peak GB | planned GB |", "|---" * 12 + "|"]  # fmt: skip
+             "MFU | busy | peak GB | reserved GB | planned GB | build s |", "|---" * 14 + "|"]  # fmt: skip
     for u in calibration["measured"]["updates"]:
         if "error" in u:
             lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {part_summary(u)} |")
@@ -262,5 +311,7 @@ def format_calibration(calibration: dict) -> str:
         lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {z['max_tokens_per_micro_batch']} | "
                      f"{z['checkpoint_layers']} | {u['micro_batches']} | {u['step_s']:.2f} | {u['tokens_per_s']:.0f} | "
                      f"{u['mfu']:.3f} | {'-' if busy is None else f'{busy:.2f}'} | "
-                     f"{u['ranks'][0]['peak_bytes'] / 1e9:.1f} | {u['planned_update_bytes'] / 1e9:.1f} |")  # fmt: skip
-    return "\n".join([*lines, "", f"Anchors: {ANCHORS}."])
+                     f"{gigabytes(u['ranks'][0]['peak_bytes'], 1)} | "
+                     f"{gigabytes(u['ranks'][0].get('peak_reserved_bytes'), 1)} | "
+                     f"{gigabytes(u['planned_update_bytes'], 1)} | {u['build_s']:.1f} |")  # fmt: skip
+    return "\n".join([*lines, "", f"MFU of {ONE_RANK}.", f"Anchors: {ANCHORS}."])

@@ -1,33 +1,34 @@
 """Memory and speed of the training update alone, per rank, for a model built from a shape with random weights.
 
-Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is
-built from ``pacs.models.shapes``, spread as the trainer spreads it (``pacs.train.update.models.spread``: ddp or
-FSDP2, compute dtype, activation checkpointing, Liger), and given ``steps`` AdamW updates on random token
-sequences. An update is a mini-batch of ``rows`` rows per rank in micro-batches of whole groups, by
-``trainer.max_tokens_per_micro_batch`` (first-fit as the trainer packs them; ``auto``: the memory plan's for this
-device, ``bench_sizes``; null: every row in one), each a forward and backward of ``PolicyScorer`` (the log-probs
-of the response positions, in chunks) under the mean response log-prob as loss, gradients accumulated, then
-one optimizer step: the cost of any objective's update, which adds only elementwise maths. The first step
-creates the optimizer state and is timed apart. With ``profile`` one more step runs under ``torch.profiler``
-(``pacs.bench.profile``): where its time goes by kernel family and, on a GPU, its busy share: the GPU's compute
-over the step's span, below 1 where the GPU waited for the host.
+Each strategy runs in its own ``torchrun`` (``python -m pacs.bench.update`` on every rank): the model is built from
+``pacs.models.shapes`` on the meta device, spread as the trainer spreads it (``pacs.train.update.models.spread``:
+ddp or FSDP2, compute dtype, activation checkpointing, Liger), materialised on the rank's device with transformers'
+random initialisation (``built_model``: no fp32 copy of the whole model is made on the host first), and given
+``steps`` AdamW updates on random token sequences. An update is a mini-batch of ``rows`` rows per rank in
+micro-batches of whole groups, by ``trainer.max_tokens_per_micro_batch`` (first-fit as the trainer packs them;
+``auto``: the memory plan's for this device, ``bench_sizes``; null: every row in one), each a forward and backward
+of ``PolicyScorer`` (the log-probs of the response positions, in chunks) under the mean response log-prob as loss,
+gradients accumulated, then one optimizer step: the cost of any objective's update, which adds only elementwise
+maths. The first step creates the optimizer state and is timed apart. With ``profile`` one more step runs under
+``torch.profiler`` (``pacs.bench.profile``): where its time goes by kernel family and, on a GPU, its busy share: the
+GPU's compute over the step's span, below 1 where the GPU waited for the host.
 
-Memory is the peak while updating, the model's construction left out: on CPU the peak resident memory after
-the high-water mark is reset once the model is spread (``/proc/self/clear_refs``), less what the process held
-before building the model (interpreter, torch, process group), with glibc returning freed buffers to the
-OS (``MALLOC_MMAP_THRESHOLD_``) as a GPU allocator frees them; on GPU the peak allocated CUDA memory
-(``peak_bytes`` of each rank). What the run holds per rank is reported beside it: parameters, gradients and
-AdamW's two moments in fp32, 16 bytes per parameter, all of it on every rank under ddp and 1/world of it
-under fsdp.
+Memory is the peak while updating, the model's construction left out: on CPU the peak resident memory after the
+high-water mark is reset once the model is spread (``/proc/self/clear_refs``), less what the process held before
+building the model (interpreter, torch, process group), with glibc returning freed buffers to the OS
+(``MALLOC_MMAP_THRESHOLD_``) as a GPU allocator frees them; on GPU the peak allocated CUDA memory (``peak_bytes`` of
+each rank), and beside it the peak the caching allocator reserved (``peak_reserved_bytes``: what the device must
+have free; None on CPU). What the run holds per rank is reported beside it: parameters, gradients and AdamW's two
+moments in fp32, 16 bytes per parameter, all of it on every rank under ddp and 1/world of it under fsdp.
 """
 
-import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import time
+
+from pacs.bench.ranks import BUILT, rank_main, run_ranks
 
 # what the field measures for comparable work, to read tokens/s per GPU and MFU beside (pytorch/torchtitan
 # docs/performance.md: Llama 3.1 8B, 8 H100s, FSDP2, local batch 2 of 8,192 tokens, selective recompute)
@@ -81,7 +82,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     ``optim``: keys of ``OptimConfig`` for AdamW (``fused``)."""
     import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
@@ -93,7 +93,6 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     from pacs.train.settings.config import OptimConfig, TrainerConfig
     from pacs.train.update import packing
     from pacs.train.update.minibatch import micro_batch
-    from pacs.train.update.models import scorer_of, spread
     from pacs.train.update.packing import Micro
 
     t = from_dict(TrainerConfig, trainer)
@@ -106,8 +105,13 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     t, sizes = bench_sizes(t, config, env, rows, group_size, prompt_length, response_length)
     rss_before_model = status_bytes("VmRSS")  # the interpreter, torch and the process group
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
-    module = spread(scorer_of(model, t), t, env)
+    began = time.perf_counter()
+    model, module = built_model(config, t, env)
+    if cuda:
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - began
+    if env.main:  # run_ranks's time limit for the part counts from here
+        print(f"{BUILT}{build_s:.3f} s", flush=True)
     optimizer = adamw(module.parameters(), 1e-6, from_dict(OptimConfig, optim or {}, "optim"), env.device)
     del model
     gc.collect()
@@ -135,20 +139,23 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     def step() -> float:
         """One update of the mini-batch, a forward and backward per micro-batch, one optimizer step; returns
         the host's seconds per micro-batch's forward and backward: on a GPU, with nothing in them waiting for the
-        device, the time to issue their kernels."""
-        began = time.perf_counter()
+        device, the time to issue their kernels. Its loss and gradient norm go to ``losses`` and ``norms`` (finite:
+        the model built from random weights computes)."""
+        began, total = time.perf_counter(), 0.0
         for micro in micros:
             logprobs, _ = token_logprobs(module, micro, 1.0, None, group_size)
             loss = -logprobs.sum() / responses
             loss.backward()
+            total = total + loss.detach()
         host_s = (time.perf_counter() - began) / len(micros)
         norm = total_norm(torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        float(norm)  # waits for the step on GPU
+        norms.append(float(norm))  # waits for the step on GPU
+        losses.append(float(total))
         return host_s
 
-    seconds, host = [], []
+    seconds, host, losses, norms = [], [], [], []
     for _ in range(steps):
         start = time.perf_counter()
         host.append(step())
@@ -163,9 +170,11 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     attention = 3 * 4 * d["layers"] * d["q"] * work["attended_keys"]
     peak_rss = resident_peak()
     peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
+    peak_reserved = int(torch.cuda.max_memory_reserved()) if cuda else None  # the allocator's cache included
     mine = {
         "rank": env.rank,
         "peak_bytes": peak_gpu if cuda else peak_rss - rss_before_model,
+        "peak_reserved_bytes": peak_reserved,
         "peak_rss_bytes": peak_rss,
         "rss_before_model_bytes": rss_before_model,
         "rss_after_setup_bytes": rss_after_setup,
@@ -189,8 +198,9 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
             "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size,
             "device": env.device, "strategy": t.strategy if env.active or alone else "single", "trainer": trainer,
             "rows_per_rank": rows, "group_size": group_size, "lengths": lengths, "prompt_length": prompt_length,
-            "response_length": response_length, "steps": steps, "first_step_s": seconds[0], "step_s": step_s,
-            "micro_batches": len(micros), "sizes": sizes,
+            "response_length": response_length, "steps": steps, "build_s": build_s, "first_step_s": seconds[0],
+            "step_s": step_s, "losses": losses[:steps], "grad_norms": norms[:steps], "micro_batches": len(micros),
+            "sizes": sizes,
             "host_s_per_micro_batch": sum(host[1:]) / (len(host) - 1) if len(host) > 1 else host[0],
             "tokens_per_s": sum(r["work"]["row_tokens"] for r in ranks) / step_s,
             "padding_share": 1 - sum(r["work"]["needed_positions"] for r in ranks)
@@ -207,6 +217,35 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
             calls = profiled.pop("attention_calls")
             out["profile"] = {**profiled, "attention_calls_per_layer": calls / config.num_hidden_layers / len(micros)}
     return out
+
+
+def built_model(config, t, env):
+    """``config``'s causal LM in fp32 with random weights, and the ``PolicyScorer`` around it spread as
+    ``pacs.train.update.models.spread`` spreads it (trainer config ``t``), built on the meta device and materialised
+    on this rank's device: no full copy is initialised on the host and copied over (for a 7B-wide slice, minutes on
+    one CPU thread), and under FSDP2 each rank materialises its shards only. The values are transformers' own
+    initialisation (``initialize_weights``: normal weights at ``initializer_range``, unit norms, and the rotary
+    ``inv_freq`` computed again, which ``to_empty`` leaves as uninitialised memory); tied embeddings stay tied.
+    Returns ``(model, module)``."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from pacs.train.update.models import scorer_of, spread
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    sharded = t.strategy == "fsdp" and dist.is_initialized()  # else spread moves or broadcasts real tensors
+    if not sharded:
+        model.to_empty(device=env.device)
+        model.tie_weights()  # to_empty gives each module its own tensor: the LM head its own copy of the embeddings
+    module = spread(scorer_of(model, t), t, env)
+    if sharded:  # FSDP2 keeps a shared parameter shared through to_empty
+        module.to_empty(device=env.device)
+    model.initialize_weights()
+    if config.tie_word_embeddings:
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, "the LM head came untied"
+    return model, module
 
 
 def profile_step(step, cuda: bool) -> dict:
@@ -252,29 +291,14 @@ def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, r
     return resolved, {**sizes, "fits": fit.fits}
 
 
-def run_ranks(module: str, nproc: int, spec: dict, timeout_s: float = 3600) -> dict:
-    """``python -m module SPEC`` on ``nproc`` ranks of a fresh ``torchrun --standalone`` (one plain process for 1);
-    rank 0's last JSON line. A run past ``timeout_s`` is killed and raises."""
-    launcher = [sys.executable]
-    if nproc > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-    # glibc keeps freed heap memory resident, so RSS would include every transient buffer FSDP has freed;
-    # allocations of 64 KiB and above from mmap go back to the OS when freed, as a GPU allocator's would
-    env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", **os.environ}
-    done = subprocess.run([*launcher, "-m", module, json.dumps(spec)], capture_output=True, text=True, env=env,
-                          check=False, timeout=timeout_s)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"{module} ({nproc} ranks, {spec.get('trainer')}) failed: {done.stderr[-3000:]}")
-    return json.loads([x for x in done.stdout.splitlines() if x.startswith("{")][-1])
-
-
 def measure(nproc: int, shape: str, overrides: dict, trainer: dict, rows: int, prompt_length: int,
             response_length: int, steps: int, peak_flops: float | None = None, timeout_s: float = 3600,
-            **batch) -> dict:  # fmt: skip
-    """``update_worker`` on ``nproc`` ranks (``run_ranks``). ``batch``: ``group_size``, ``lengths``, ``profile``."""
+            build_timeout_s: float | None = None, **batch) -> dict:  # fmt: skip
+    """``update_worker`` on ``nproc`` ranks (``run_ranks``: ``timeout_s`` from the model's build when
+    ``build_timeout_s`` is given). ``batch``: ``group_size``, ``lengths``, ``profile``."""
     spec = {"shape": shape, "overrides": overrides, "trainer": trainer, "rows": rows, "prompt_length": prompt_length,
             "response_length": response_length, "steps": steps, "peak_flops": peak_flops, **batch}  # fmt: skip
-    return run_ranks("pacs.bench.update", nproc, spec, timeout_s)
+    return run_ranks("pacs.bench.update", nproc, spec, timeout_s, build_timeout_s)
 
 
 def run_update_bench(shape: str, overrides: dict, strategies: list[str], nproc: int, trainer: dict, rows: int,
@@ -293,24 +317,6 @@ def run_update_bench(shape: str, overrides: dict, strategies: list[str], nproc: 
                         optim=optim, **batch)  # fmt: skip
             results.append({"variant": name, **r})
     return {"results": results}
-
-
-def rank_main(worker, argv: list[str] | None) -> int:
-    """One rank of a benchmark launched by ``run_ranks``: ``worker(**spec)``; rank 0 prints its JSON."""
-    p = argparse.ArgumentParser(description="one rank of a benchmark (under torchrun); rank 0 prints JSON")
-    p.add_argument("spec", help="JSON: the worker's keyword arguments")
-    result = worker(**json.loads(p.parse_args(argv).spec))
-    if result is not None:
-        print(json.dumps(result), flush=True)
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        # no destroy_process_group: it can deadlock with gloo's worker thread, which needs the GIL to free the
-        # all_gather_object tensors while destroy holds it and waits for that thread (seen once in CI); exit
-        # without finalizing instead, as nothing is left to write
-        sys.stdout.flush()
-        os._exit(0)
-    return 0
 
 
 if __name__ == "__main__":

@@ -322,7 +322,10 @@ def _add_gpu(what) -> None:
     bg.add_argument("--prompt-length", type=int, default=512)
     bg.add_argument("--response-length", type=int, default=4096)
     bg.add_argument("--steps", type=int, default=3, help="updates; the first (optimizer state created) is not timed")
-    bg.add_argument("--part-timeout-s", type=float, default=70.0, help="each part's time limit (6 by default)")
+    bg.add_argument("--part-timeout-s", type=float, default=70.0, help="each part's time limit (6 parts by "
+                    "default), counted from when its model is built")  # fmt: skip
+    bg.add_argument("--build-timeout-s", type=float, default=300.0, help="each part's time limit for its process's "
+                    "start and its model's build")  # fmt: skip
     bg.add_argument("--generate-batch", type=int, default=0, help="also transformers' generation: sequences at once")
     bg.add_argument("--new-tokens", type=int, default=512, help="tokens sampled per sequence")
     bg.add_argument("--peak-flops", type=float, help="dense bf16 FLOP/s of the GPU; default: by its name")
@@ -341,7 +344,8 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     calibration = run_gpu_bench(args.shapes, shape_overrides(args.set), None if args.slice == "none" else args.slice,
                                 args.rows, args.group_size, args.prompt_length, args.response_length, args.steps,
                                 args.part_timeout_s, args.generate_batch, args.new_tokens, args.peak_flops,
-                                args.allow_cpu, lambda c: atomic_write_json(args.out, c), say)  # fmt: skip
+                                args.allow_cpu, lambda c: atomic_write_json(args.out, c), say,
+                                args.build_timeout_s)  # fmt: skip
     table = format_calibration(calibration)
     atomic_write_text(args.out.with_suffix(".md"), f"{calibration['source']}\n\n{table}\n")
     print(table)
