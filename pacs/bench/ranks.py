@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from pacs.ranks.allocator import CUDA_ALLOCATOR
+
 # the line a worker's rank 0 prints once its model is built (pacs.bench.update), from which run_ranks's time
 # limit counts when it is given one for the build (pacs bench gpu's parts)
 BUILT = "pacs.bench.update: model built in "
@@ -31,7 +33,9 @@ def run_ranks(module: str, nproc: int, spec: dict, timeout_s: float = 3600,
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     # glibc keeps freed heap memory resident, so RSS would include every transient buffer FSDP has freed;
     # allocations of 64 KiB and above from mmap go back to the OS when freed, as a GPU allocator's would
-    env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", **os.environ}
+    # and torch's CUDA allocator as a training job sets it (pacs.ranks.allocator)
+    env = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", CUDA_ALLOCATOR[0]: CUDA_ALLOCATOR[1],
+           **os.environ}  # fmt: skip
     command = [*launcher, "-m", module, json.dumps(spec)]
     # a session of its own: a timeout kills torchrun's ranks and compile workers too, not only the launcher
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
