@@ -121,11 +121,11 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     rss_after_setup, reset = status_bytes("VmRSS"), reset_resident_peak()
     batch = update_batch(config.vocab_size, rows, group_size, prompt_length, response_length, lengths, 1000 + env.rank)
     plan = [Micro(list(range(rows // group_size)))]  # the whole mini-batch at once, or by the token budget
+    group = (group_size if t.share_prompt else 1) if t.pack_sequences else None
     if t.max_tokens_per_micro_batch:
         prompt, response = packing.lengths(batch)
         plan = packing.pack(list(range(rows // group_size)), prompt, response, group_size,
-                            t.max_tokens_per_micro_batch, t.pack_sequences)  # fmt: skip
-    group = (group_size if t.share_prompt else 1) if t.pack_sequences else None
+                            t.max_tokens_per_micro_batch, group)  # fmt: skip
     micros, works = [], []
     for micro in plan:  # trimmed, with its packed layout built on the host, on the device: as the trainer's
         rows_of = micro.rows(group_size)
@@ -277,6 +277,7 @@ def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, r
     ``pacs.train.update.sizes``) for a mini-batch of ``rows`` rows per rank in groups of ``group_size``, and what they
     resolved to ({} when none was auto)."""
     from pacs.config import to_dict
+    from pacs.plan.calibration import Calibration
     from pacs.plan.fit import is_auto
     from pacs.train.update.sizes import fit_trainer
 
@@ -287,7 +288,7 @@ def bench_sizes(t, shape, env, rows: int, group_size: int, prompt_length: int, r
                        "mini_batch_size": rows // group_size * env.world_size},
            "rollout": {"n": group_size, "max_response_length": response_length, "engine": "hf",
                        "prompt_batch_size": 1, "vllm": {}}}  # fmt: skip
-    resolved, fit, sizes = fit_trainer(t, shape, run, env, False, False)
+    resolved, fit, sizes = fit_trainer(t, shape, run, env, False, False, Calibration())
     return resolved, {**sizes, "fits": fit.fits}
 
 

@@ -52,7 +52,7 @@ def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Mi
     """This rank's micro-batches of its rows for a no-grad pass: by token budget, or micro_batch_size prompts."""
     t = config.trainer
     if t.max_tokens_per_micro_batch:
-        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env, t.pack_sequences)
+        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env, pack_group(config))
     return fixed_plan(batch["response_mask"].shape[0] // n, t.micro_batch_size)
 
 
@@ -153,7 +153,7 @@ def update(
     for _ in range(epochs):
         for mini in group_slices(batch, mini_rows, n):
             if max_tokens:
-                mini, plan = balanced_plan(mini, n, max_tokens, env, pack is not None)
+                mini, plan = balanced_plan(mini, n, max_tokens, env, pack)
             else:
                 plan = fixed_plan(mini_rows // n, micro_rows // n)
             local = [units({"response_mask": mini[mask][m.rows(n)]}) for m in plan]  # on the host

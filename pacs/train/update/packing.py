@@ -1,9 +1,11 @@
 """Micro-batches: which rows each forward/backward takes, by a fixed number of prompts or by a token budget.
 
 A micro-batch is always a set of whole groups (rows ``g * n .. g * n + n - 1``): a plan lists group
-indices, never rows. Its cost is what the forward really pays: padded (after ``trimmed``), rows × (longest
+indices, never rows. Its cost is the positions the decoder computes: padded (after ``trimmed``), rows × (longest
 prompt + longest response) in it; packed into one sequence (``trainer.pack_sequences``), its rows' own
-tokens.
+tokens, each group's prompt once where the layout shares it (``trainer.share_prompt``: ``layout`` is the packed
+layout's group size, ``pacs.train.update.minibatch.pack_group``). A token budget is then a bound on the positions of a
+micro-batch, what its activations grow with (``pacs.plan.memory``).
 
 With ``trainer.max_tokens_per_micro_batch`` the groups of each global mini-batch are dealt to ranks
 longest first, each to the rank with the fewest tokens so far, then packed first-fit-decreasing into
@@ -36,10 +38,12 @@ def lengths(batch: Batch) -> tuple[Tensor, Tensor]:
     return batch["attention_mask"].sum(-1) - response, response
 
 
-def cost(groups: list[int], prompt: Tensor, response: Tensor, n: int, packed: bool = False) -> int:
-    """Tokens the micro-batch of these groups computes: padding included, or ``packed`` without it."""
-    if packed:
-        return int(prompt.view(-1, n)[groups].sum() + response.view(-1, n)[groups].sum())
+def cost(groups: list[int], prompt: Tensor, response: Tensor, n: int, layout: int | None = None) -> int:
+    """Positions the micro-batch of these groups computes: padding included (``layout`` None), or packed without
+    it, each prompt once per ``layout`` rows (n: a group's prompt once; 1: every row's)."""
+    if layout:
+        prompts = prompt.view(-1, n)[groups]
+        return int((prompts[:, 0].sum() if layout > 1 else prompts.sum()) + response.view(-1, n)[groups].sum())
     return len(groups) * n * int(prompt.view(-1, n)[groups].max() + response.view(-1, n)[groups].max())
 
 
@@ -50,13 +54,13 @@ def fixed_plan(num_groups: int, groups_per_micro: int) -> list[Micro]:
 
 
 def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: int,
-         packed: bool = False) -> list[Micro]:
+         layout: int | None = None) -> list[Micro]:
     """First-fit decreasing of whole groups into micro-batches of at most ``budget`` tokens (``cost``)."""
-    order = sorted(groups, key=lambda g: (-cost([g], prompt, response, n, packed), g))
+    order = sorted(groups, key=lambda g: (-cost([g], prompt, response, n, layout), g))
     bins: list[list[int]] = []
     for g in order:
         for b in bins:
-            if cost(b + [g], prompt, response, n, packed) <= budget:
+            if cost(b + [g], prompt, response, n, layout) <= budget:
                 b.append(g)
                 break
         else:
@@ -65,38 +69,38 @@ def pack(groups: list[int], prompt: Tensor, response: Tensor, n: int, budget: in
 
 
 def deal(num_groups: int, prompt: Tensor, response: Tensor, n: int, world_size: int,
-         packed: bool = False) -> list[list[int]]:
+         layout: int | None = None) -> list[list[int]]:
     """Groups per rank, balancing tokens: longest first, each to the rank with the fewest so far."""
     load, out = [0] * world_size, [[] for _ in range(world_size)]
-    for g in sorted(range(num_groups), key=lambda g: (-cost([g], prompt, response, n, packed), g)):
+    for g in sorted(range(num_groups), key=lambda g: (-cost([g], prompt, response, n, layout), g)):
         r = min(range(world_size), key=lambda r: (load[r], r))
         out[r].append(g)
-        load[r] += cost([g], prompt, response, n, packed)
+        load[r] += cost([g], prompt, response, n, layout)
     return [sorted(x) for x in out]
 
 
 def equalize(plan: list[Micro], count: int, prompt: Tensor, response: Tensor, n: int,
-             packed: bool = False) -> list[Micro]:
+             layout: int | None = None) -> list[Micro]:
     """``count`` micro-batches: split the costliest ones that hold several groups, then add weight-0 fillers."""
     plan = list(plan)
     while len(plan) < count:
         splittable = [m for m in plan if len(m.groups) > 1]
         if not splittable:
             break
-        m = max(splittable, key=lambda m: cost(m.groups, prompt, response, n, packed))
+        m = max(splittable, key=lambda m: cost(m.groups, prompt, response, n, layout))
         plan.remove(m)
         half = len(m.groups) // 2
         plan += [Micro(m.groups[:half]), Micro(m.groups[half:])]
-    smallest = min(range(len(prompt) // n), key=lambda g: cost([g], prompt, response, n, packed))
+    smallest = min(range(len(prompt) // n), key=lambda g: cost([g], prompt, response, n, layout))
     return plan + [Micro([smallest], 0.0)] * (count - len(plan))
 
 
-def budget_plan(batch: Batch, n: int, budget: int, env: DistEnv, packed: bool = False) -> list[Micro]:
+def budget_plan(batch: Batch, n: int, budget: int, env: DistEnv, layout: int | None = None) -> list[Micro]:
     """This rank's micro-batches of its own groups, as many as every other rank's."""
     prompt, response = lengths(batch)
-    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget, packed)
+    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget, layout)
     count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
-    return equalize(plan, count, prompt, response, n, packed)
+    return equalize(plan, count, prompt, response, n, layout)
 
 
 def gather_batch(batch: Batch, env: DistEnv) -> Batch:
@@ -118,15 +122,16 @@ def gather_batch(batch: Batch, env: DistEnv) -> Batch:
     return out
 
 
-def balanced_plan(batch: Batch, n: int, budget: int, env: DistEnv, packed: bool = False) -> tuple[Batch, list[Micro]]:
+def balanced_plan(batch: Batch, n: int, budget: int, env: DistEnv,
+                  layout: int | None = None) -> tuple[Batch, list[Micro]]:  # fmt: skip
     """The global mini-batch (gathered) and this rank's micro-batches of it: groups dealt to ranks by
     tokens, packed by ``budget``, as many micro-batches on every rank."""
     whole = gather_batch(batch, env)
     prompt, response = lengths(whole)
-    mine = deal(len(prompt) // n, prompt, response, n, env.world_size, packed)[env.rank]
-    plan = pack(mine, prompt, response, n, budget, packed) if mine else []
+    mine = deal(len(prompt) // n, prompt, response, n, env.world_size, layout)[env.rank]
+    plan = pack(mine, prompt, response, n, budget, layout) if mine else []
     count = int(all_reduce(torch.tensor(len(plan)), env, "max"))
-    return whole, equalize(plan, count, prompt, response, n, packed)
+    return whole, equalize(plan, count, prompt, response, n, layout)
 
 
 def padded_tokens(plan: list[Micro], prompt: Tensor, response: Tensor, n: int) -> int:
