@@ -436,7 +436,9 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
         job = plan.job(name)
         spec = {
             "steps": steps,
-            "memory": {"limit": cal.memory_bytes, "device": cal.gpu, "plan": job.peak_bytes,
+            # measured against the card (or the run's own limit); the plan fits within job.limit, its headroom less
+            "memory": {"limit": int(run["trainer"]["memory_limit_gb"] * 1e9) if run["trainer"].get("memory_limit_gb")
+                       else cal.memory_bytes, "usable": job.limit, "device": cal.gpu, "plan": job.peak_bytes,
                        **{phase: job.memory[phase] for phase in PHASES},
                        "sizes": {"max_tokens_per_micro_batch": job.fit.tokens, "checkpoint_layers": job.fit.layers}
                        if job.auto else None},  # fmt: skip

@@ -160,10 +160,11 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
 # runs whole on one worker (its module-scoped fixtures built once; the session-scoped ones are ``built_once`` for
 # both workers), and these modules start first, slowest first (tests/README.md, "Time"): a long module started
 # last would leave the other worker idle at the end. Second, the modules that need no model (the cluster's pip
-# resolution, the sandbox's hostile programs): the other worker's work while the first builds the tiny model.
-FIRST = ("test_workflow.py", "test_install.py", "test_code_sandbox.py", "test_generators.py", "test_evaluate.py",
-         "test_train_loop.py", "test_distributed.py", "test_learning.py", "test_workflow_dag.py", "test_train_vllm.py",
-         "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
+# resolution, the memory plan traced, the sandbox's hostile programs): the other worker's work while the first
+# builds the tiny model.
+FIRST = ("test_workflow.py", "test_install.py", "test_memory_trace.py", "test_code_sandbox.py", "test_generators.py",
+         "test_evaluate.py", "test_train_loop.py", "test_distributed.py", "test_learning.py", "test_workflow_dag.py",
+         "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
 SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
 
 

@@ -125,7 +125,8 @@ def test_one_process_on_cuda_killed_and_resumed_ends_where_an_uninterrupted_run_
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: the device's memory")
 def test_auto_sizes_resolve_for_the_gpu_s_memory(qwen_shaped, toy_data, tmp_path):
     """``trainer.max_tokens_per_micro_batch`` and ``trainer.checkpoint_layers`` auto on CUDA: resolved for the
-    device's total memory (as the plan lists GPUs), to what ``pacs.plan.fit`` fits there for the model's shape."""
+    device's total memory (as the plan lists GPUs) less the calibration's headroom, to what ``pacs.plan.fit`` fits
+    there for the model's shape."""
     from transformers import AutoConfig
 
     from pacs.algorithms.objectives import get_objective
@@ -145,8 +146,8 @@ def test_auto_sizes_resolve_for_the_gpu_s_memory(qwen_shaped, toy_data, tmp_path
     memory = torch.cuda.get_device_properties(0).total_memory
     cal = Calibration()
     _, fit = fit_sizes(AutoConfig.from_pretrained(qwen_shaped), to_dict(config), 1, 1, "ref_logprobs" in needs, False,
-                       memory, cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
-    assert sizes["memory_bytes"] == memory and fit.fits
+                       memory, cal)  # fmt: skip
+    assert sizes["device_bytes"] == memory and sizes["memory_bytes"] == fit.usable < memory and fit.fits
     assert (resolved.trainer.max_tokens_per_micro_batch, resolved.trainer.checkpoint_layers) == (fit.tokens, fit.layers)
 
 
@@ -192,13 +193,13 @@ def test_the_cuda_rng_is_kept_around_the_engines(tiny_model):
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA: the bf16 GEMM into an fp32 gradient is the CUDA path")
 def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
-    """``_accumulate_head_grad`` on CUDA: bf16 operands accumulated into the fp32 gradient by one GEMM. Each
+    """``accumulate_head_grad`` on CUDA: bf16 operands accumulated into the fp32 gradient by one GEMM. Each
     element is an fp32 sum of 2,049 exact products (the gradient's own value and 2,048 products of bf16 numbers):
     within ``fp32_sum_bound`` of the exact sum (fp64), whatever order cuBLAS adds them in; a result rounded
     through bf16 on its way, the bug this guards against, is not."""
     from helpers import fp32_sum_bound
 
-    from pacs.tensors.logprobs import _accumulate_head_grad
+    from pacs.tensors.logprobs import accumulate_head_grad
 
     g = torch.Generator(device="cuda").manual_seed(0)
     rows = 2048
@@ -207,7 +208,7 @@ def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum():
     grad = torch.randn(4096, 256, device="cuda", generator=g)
     exact = grad.double() + dlogits.T.double() @ hidden.double()
     bound = fp32_sum_bound(grad.double().abs() + dlogits.T.double().abs() @ hidden.double().abs(), rows + 1)
-    _accumulate_head_grad(grad, dlogits, hidden)
+    accumulate_head_grad(grad, dlogits, hidden)
     assert grad.dtype == torch.float32
     error = (grad.double() - exact).abs()
     print(f"\nlargest error {error.max():.2e}, {(error / bound).max():.3f} of its bound")
@@ -734,3 +735,8 @@ def test_torchrun_fsdp_bf16_checkpoints_resumes_and_fits_the_plan(qwen_shaped, t
               f"planned {sum(job.memory[phase].values()) / 1e9:.2f} GB")  # fmt: skip
     assert state < measured <= job.peak_bytes
     assert phases["update"] <= sum(job.memory["update"].values())  # the CUDA context is in the plan's overhead
+    # what torch reserves in the update (Liger's kernels on, expandable segments): the plan's tensors, and no more
+    # beyond them than the headroom the fit leaves free
+    reserved = max(r["memory/update/torch_gb"] for r in records) * 1e9
+    tensors = sum(v for k, v in job.memory["update"].items() if k != "overhead")
+    assert reserved <= tensors + Calibration().memory_headroom * torch.cuda.get_device_properties(0).total_memory

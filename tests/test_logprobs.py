@@ -31,18 +31,18 @@ def test_chunked_logprobs_and_entropy_equal_the_full_computation():
 
 
 def test_the_lm_head_gradient_from_bf16_operands_is_the_fp32_products_sum_on_cpu():
-    """``_accumulate_head_grad``'s CPU path (the operands upcast, one fp32 GEMM): within ``fp32_sum_bound`` of
+    """``accumulate_head_grad``'s CPU path (the operands upcast, one fp32 GEMM): within ``fp32_sum_bound`` of
     the exact sum, as the GPU suite holds its CUDA GEMM to; a result rounded through bf16 is not."""
     from helpers import fp32_sum_bound
 
-    from pacs.tensors.logprobs import _accumulate_head_grad
+    from pacs.tensors.logprobs import accumulate_head_grad
 
     g, rows = torch.Generator().manual_seed(0), 1024
     hidden, dlogits = (torch.randn(rows, width, generator=g).bfloat16() for width in (64, 512))
     grad = torch.randn(512, 64, generator=g)
     exact = grad.double() + dlogits.T.double() @ hidden.double()
     bound = fp32_sum_bound(grad.double().abs() + dlogits.T.double().abs() @ hidden.double().abs(), rows + 1)
-    _accumulate_head_grad(grad, dlogits, hidden)
+    accumulate_head_grad(grad, dlogits, hidden)
     assert grad.dtype == torch.float32 and ((grad.double() - exact).abs() <= bound).all()
     assert ((exact.bfloat16().double() - exact).abs() > bound).any()
 

@@ -65,6 +65,31 @@ def test_activations_per_token_are_what_autograd_saves(dtype, overrides, archite
     assert abs(activation_bytes(d, b, tokens, checkpointing=False) / measured[2] - 1) < 0.02
 
 
+def test_liger_s_kernels_save_what_the_plan_counts_with_them(monkeypatch):
+    """With Liger's kernels (the default on CUDA) a decoder layer of Qwen2 and of Qwen3 saves what
+    ``layer_activation_bytes(liger=True)`` counts, exactly: each RMSNorm its input and a reciprocal norm, SwiGLU its
+    gate and up projections; less than transformers' modules, so that the fit recomputes fewer layers. Counted with
+    Liger's autograd functions around torch's computation of their kernels' outputs (``tests/liger_saves.py``)."""
+    from liger_saves import liger_on_a_cpu
+    from transformers import AutoModelForCausalLM
+
+    from pacs.tensors.kernels import use_liger_kernels
+
+    liger_on_a_cpu(monkeypatch)
+    ids = torch.randint(0, 100, (4, 64), generator=torch.Generator().manual_seed(0))
+    for architecture in ("qwen2.5-0.5b", "qwen3-4b"):
+        saved = {}
+        for layers in (1, 2):
+            head_dim = {"head_dim": 32} if architecture.startswith("qwen3") else {}
+            config = model_config(architecture, **{**SHAPE, **head_dim, "num_hidden_layers": layers})
+            model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16).train()
+            use_liger_kernels(model)
+            saved[layers] = saved_bytes(model, ids)
+        d = dims(config)
+        assert saved[2] - saved[1] == 4 * 64 * layer_activation_bytes(d, 2, liger=True), architecture
+        assert layer_activation_bytes(d, 2, liger=True) < layer_activation_bytes(d, 2)
+
+
 def tiny_config(**changes) -> dict:
     """A workflow config: the tiny experiment's keys on a model of SHAPE, trained on 2 GPUs with fsdp."""
     config = yaml.safe_load((REPO / "config/tiny.yaml").read_text())
@@ -104,15 +129,19 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
     # fp32 masters sharded over 2 GPUs: 4 bytes of parameters, 4 of gradients, 8 of AdamW moments
     assert (update["parameters"], update["gradients"], update["optimizer"]) == (PARAMS * 2, PARAMS * 2, PARAMS * 4)
     assert update["reference"] == 0  # PACS's log-ratio proxy needs the old policy, not a reference
-    # root (embedding, head, norm) and two layers gathered in bf16, their bf16 gradients and fp32 reduce copy
-    assert update["gathered"] == (2 * 100 * 64 + 64 + 2 * LAYER) * (2 + 2 + 4)
-    # micro-batch: 2 prompts × 8 samples × (16 + 16) tokens = 512, 256 of them response tokens
-    per_layer = 2 * (4 * 64 + 2 * 64 + 2 * 32 + 4 * 128) + 4 * (2 * 64 + 2 + 2)
-    assert update["activations"] == 512 * (2 * per_layer + 4 * 64 + 2 * 64 + 12)
-    # one chunk of 8 positions' logits (bf16 matmul, fp32 copy, fp32 gradient), the head's fp32 gradient,
-    # the response positions' hidden states
-    assert update["logits"] == 8 * 100 * (2 + 8) + 100 * 64 * 4 + 256 * 64 * 2
-    assert update["overhead"] == cal.overhead_bytes
+    # root (embedding, head, norm) and two layers gathered in bf16; in backward the root's and a layer's bf16
+    # gradients and that layer's fp32 copy for reduce-scatter
+    root = 2 * 100 * 64 + 64
+    assert update["gathered"] == (root + 2 * LAYER) * 2 + (root + LAYER) * 2 + LAYER * 4
+    # micro-batch: 2 groups, packed with each prompt once: 2 × (16 + 8 × 16) = 288 positions, 256 response tokens;
+    # on GPUs with Liger's kernels (each norm its input, SwiGLU its gate and up projections)
+    per_layer = 2 * (4 * 64 + 2 * 64 + 2 * 32 + 3 * 128) + 4 * (2 + 2)
+    assert update["activations"] == 288 * (2 * per_layer + 4 * 64 + 2 * 64 + 12)
+    # the larger transient of backward: a layer's (three MLP gradients and two of the residual stream, bf16) over the
+    # LM head's (a chunk of 8 positions' logits: bf16 matmul, fp32 copy, fp32 gradient; the head's fp32 gradient;
+    # the response positions' hidden states)
+    assert update["backward"] == max(288 * 2 * (3 * 128 + 2 * 64), 8 * 100 * (2 + 8) + 100 * 64 * 4 + 256 * 64 * 2)
+    assert update["overhead"] == cal.overhead_bytes and "vllm graphs" in update  # vLLM asleep: its CUDA graphs stay
     ppo = plan.job("train/m/ppo").memory["update"]  # and a critic: the decoder, a value head (h + 1)
     critic = PARAMS - 100 * 64 + 64 + 1
     assert ppo["parameters"] == (PARAMS + critic) * 2 and ppo["optimizer"] == (PARAMS + critic) * 4
@@ -426,9 +455,10 @@ def test_auto_sizes_are_the_fewest_recomputing_layers_then_the_largest_budget_th
     """The paper config's 7B runs (both keys auto) on made-up devices: the layers are the fewest with which one
     longest group fits (one fewer does not), the budget the largest from that group in steps of ``STEP`` that
     fits with them (a step more does not), or the mini-batch's share; each key alone, the other fixed; a device
-    too small for one group is said not to fit, and the plan errs for it. The plan's job is the resolution
-    on the plan's GPU and its memory the resolved run's. A model spread with trainer.checkpoint_layers recomputes
-    only its first K layers, and its gradients are those of recomputing every layer."""
+    too small for one group is said not to fit, and the plan errs for it. Fitting is within the device's memory less
+    the calibration's headroom, or within a run's own trainer.memory_limit_gb as it is. The plan's job is the
+    resolution on the plan's GPU and its memory the resolved run's. A model spread with trainer.checkpoint_layers
+    recomputes only its first K layers, and its gradients are those of recomputing every layer."""
     from transformers import AutoModelForCausalLM
 
     from pacs.plan.fit import STEP, fit_sizes
@@ -449,40 +479,43 @@ def test_auto_sizes_are_the_fewest_recomputing_layers_then_the_largest_budget_th
 
         def peak(tokens, k, memory, run=run, gpus=job.gpus, critic=critic) -> int:
             r = {**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": tokens, "checkpoint_layers": k}}
-            planned = training_memory(shape, r, gpus, False, critic, memory, cal.vllm_overhead_bytes,
-                                      cal.overhead_bytes)  # fmt: skip
+            planned = training_memory(shape, r, gpus, False, critic, memory, cal)
             return max(sum(planned[p].values()) for p in ("no_grad", "update"))
 
         def fit(memory, run=run, gpus=job.gpus, critic=critic, **trainer):
             r = {**run, "trainer": {**run["trainer"], **trainer}}
-            return fit_sizes(shape, r, gpus, gpus, False, critic, memory, cal.vllm_overhead_bytes,
-                             cal.overhead_bytes)  # fmt: skip
+            return fit_sizes(shape, r, gpus, gpus, False, critic, memory, cal)
 
-        floor = 8 * (512 + 4096)
+        floor = 512 + 8 * 4096  # one group packed, its prompt once
         for memory in (device, cal.memory_bytes, 141e9):
             trainer, got = fit(int(memory))
+            usable = int(int(memory) * (1 - cal.memory_headroom))
             assert got.fits and got.floor == floor and got.cap == 256 // job.gpus * floor, (method, memory, got)
+            assert got.usable == usable and usable < memory
             assert trainer["max_tokens_per_micro_batch"] == got.tokens and trainer["checkpoint_layers"] == got.layers
-            assert peak(floor, got.layers, memory) <= memory
-            assert got.layers == 0 or peak(floor, got.layers - 1, memory) > memory
-            assert floor <= got.tokens and peak(got.tokens, got.layers, memory) <= memory
-            assert got.tokens == got.cap or peak(got.tokens + STEP, got.layers, memory) > memory
+            assert peak(floor, got.layers, memory) <= usable
+            assert got.layers == 0 or peak(floor, got.layers - 1, memory) > usable
+            assert floor <= got.tokens and peak(got.tokens, got.layers, memory) <= usable
+            assert got.tokens == got.cap or peak(got.tokens + STEP, got.layers, memory) > usable
             assert (got.tokens - floor) % STEP == 0 or got.tokens == got.cap
+        usable = int(device * (1 - cal.memory_headroom))
         _, small = fit(device)
         assert 0 < small.layers < layers and small.tokens < small.cap  # memory, not the mini-batch, decides
         _, budget = fit(device, checkpoint_layers=None)  # every layer recomputes: a larger budget fits
-        assert budget.tokens > small.tokens and peak(budget.tokens + STEP, None, device) > device
+        assert budget.tokens > small.tokens and peak(budget.tokens + STEP, None, device) > usable
         larger = small.tokens + 2 * STEP
         _, fixed = fit(device, max_tokens_per_micro_batch=larger)  # a larger fixed budget takes more recompute
         assert fixed.fits and fixed.tokens == larger and fixed.layers > small.layers
-        assert peak(larger, fixed.layers, device) <= device < peak(larger, fixed.layers - 1, device)
+        assert peak(larger, fixed.layers, device) <= usable < peak(larger, fixed.layers - 1, device)
+        _, limited = fit(device, memory_limit_gb=60)  # a limit of the run's own: as it is, no headroom
+        assert limited.usable == 60e9 and limited.peak <= 60e9 < small.peak  # more recompute, or a smaller budget
+        assert (limited.layers, -limited.tokens) > (small.layers, -small.tokens)
         _, tiny = fit(int(30e9))
         assert not tiny.fits and tiny.tokens == floor and tiny.layers == layers
         trainer, expected = fit(cal.memory_bytes)
-        assert job.auto and job.fit == expected
+        assert job.auto and job.fit == expected and job.limit == expected.usable
         assert job.memory["update"]["activations"] == training_memory(
-            shape, {**run, "trainer": trainer}, job.gpus, False, critic, cal.memory_bytes, cal.vllm_overhead_bytes,
-            cal.overhead_bytes)["update"]["activations"]  # fmt: skip
+            shape, {**run, "trainer": trainer}, job.gpus, False, critic, cal.memory_bytes, cal)["update"]["activations"]
     assert "Micro-batches sized by memory" in format_plan(plan) and not plan.errors
     longer = experiment.merged(config, {"train": {"rollout": {"max_response_length": 65536}}})
     errors = experiment.plan(longer).errors

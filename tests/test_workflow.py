@@ -384,11 +384,13 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert len(pacs_preflight["steps"]) == 2 and pacs_preflight["eval"]["samples"] > 0
     assert 0 < pacs_preflight["device_peak_bytes"][0] < pacs_preflight["limit_bytes"]
     # PACS w/o weight sizes its micro-batches by memory: on this host, a rank's whole mini-batch at the maximum
-    # lengths (32 groups of 8 × (512 + 16) tokens); the preflight reports it beside the plan's
+    # lengths (32 groups, each packed as its prompt once and 8 responses: 512 + 8 × 16 positions); the preflight
+    # reports it beside the plan's, and its worst case packs that whole share into one micro-batch
     sized = preflights["tiny_pacs_no_weight"]
-    assert sized["sizes"]["max_tokens_per_micro_batch"] == 32 * 8 * (512 + 16) and pacs_preflight["sizes"] is None
-    assert "trainer.max_tokens_per_micro_batch 135168" in (results / "preflight/tiny_pacs_no_weight/preflight.md"
-                                                           ).read_text()  # fmt: skip
+    assert sized["sizes"]["max_tokens_per_micro_batch"] == 32 * (512 + 8 * 16) and pacs_preflight["sizes"] is None
+    assert sized["worst_case"]["largest_micro_batch"] == 32 * (512 + 8 * 16) and pacs_preflight["worst_case"] is None
+    assert "trainer.max_tokens_per_micro_batch 20480" in (results / "preflight/tiny_pacs_no_weight/preflight.md"
+                                                          ).read_text()  # fmt: skip
     for shape, result in preflights.items():
         ran = [json.loads(x) for x in (tiny_run / result["run_dir"] / "metrics.jsonl").read_text().splitlines()][1:]
         assert all(r["response_length/mean"] == 16 for r in ran), shape  # rollout.max_response_length

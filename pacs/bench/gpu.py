@@ -150,7 +150,7 @@ def slice_layers(name: str, overrides: dict, run: dict, memory: int, gpus: int) 
     cal = Calibration()
     for layers in range(model_config(name, **overrides).num_hidden_layers, 0, -1):
         shape = model_config(name, **{**overrides, "num_hidden_layers": layers})
-        if fit_sizes(shape, run, gpus, 1, False, False, memory, cal.vllm_overhead_bytes, cal.overhead_bytes)[1].fits:
+        if fit_sizes(shape, run, gpus, 1, False, False, memory, cal)[1].fits:
             return layers
     return 1
 
@@ -183,7 +183,8 @@ def update_part(shape: str, overrides: dict, trainer: dict, run: dict, steps: in
     except RuntimeError as e:  # the part's process failed: its error, and the other parts run
         return {**row, "error": str(e)[-1000:]}
     sized = {**run["trainer"], **{k: result["sizes"][k] for k in ("max_tokens_per_micro_batch", "checkpoint_layers")}}
-    planned = training_memory(config, {**run, "trainer": sized}, 1 if cuda else 0, False, False, 0, 0, 0)["update"]
+    bare = Calibration(overhead_bytes=0, vllm_overhead_bytes=0, vllm_graph_bytes=0)  # what torch allocates alone
+    planned = training_memory(config, {**run, "trainer": sized}, 1 if cuda else 0, False, False, 0, bare)["update"]
     return {**row, **result, "planned_update_bytes": sum(planned.values()), "planned": planned,
             "busy_share": result.get("profile", {}).get("busy_share")}  # fmt: skip
 
@@ -238,7 +239,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
         from pacs.ranks.distributed import DistEnv
         from pacs.train.update.sizes import device_memory
 
-        layers = slice_layers(slice_shape, overrides, run, memory or device_memory(None, DistEnv()), 1 if cuda else 0)
+        layers = slice_layers(slice_shape, overrides, run, memory or device_memory(DistEnv()), 1 if cuda else 0)
         parts.append((slice_shape, {"num_hidden_layers": layers}))
     names = [shape + (f" ({extra['num_hidden_layers']} layers)" if extra else "") for shape, extra in parts]
     say(f"{len(parts) * len(variants) + 1} parts, each under {part_s:.0f} s once its model is built (under "

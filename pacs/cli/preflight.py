@@ -12,6 +12,7 @@ def add_parser(verbs) -> None:
     pf.add_argument("--out", type=Path, required=True, help="directory: preflight.json, preflight.md, run/, eval/")
     pf.add_argument("--nproc-per-node", type=int, default=1, help="as pacs train: ranks per node (GPUs)")
     pf.add_argument("--nnodes", type=int, default=1, help="as pacs train: nodes of the SLURM allocation")
+    pf.add_argument("--calibration", type=Path, help="as pacs train: the calibration file auto sizes are resolved with")
     pf.set_defaults(func=cmd_preflight)
 
 
@@ -20,7 +21,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     spec = json.loads(args.spec.read_text())
     launcher = [sys.executable, "-m", "pacs.cli", "train", "--nproc-per-node", str(args.nproc_per_node),
-                "--nnodes", str(args.nnodes), "--restart-on-change"]  # fmt: skip
+                "--nnodes", str(args.nnodes), "--restart-on-change",
+                *(["--calibration", str(args.calibration)] if args.calibration else [])]  # fmt: skip
     try:
         result = preflight(spec, args.out, launcher)
     except PreflightError as e:

@@ -19,6 +19,12 @@ def add_parser(verbs) -> None:
     tr.add_argument("--keep-weights", type=Path,
                     help="JSON list of steps whose HF weights outlive retention, read at every save (instead of "
                          "checkpoint.keep_weights; the workflow writes the steps its evaluations read)")  # fmt: skip
+    tr.add_argument("--calibration", type=Path,
+                    help="calibration file (pacs bench gpu) that trainer sizes of auto are resolved with, as pacs plan "
+                         "resolves them (the workflow passes plan.calibration); default: the documented constants")
+    tr.add_argument("--worst-case", action="store_true",
+                    help="after the last step, one more no-grad pass and update of the largest micro-batches the "
+                         "token budget packs, their memory measured (pacs preflight's)")  # fmt: skip
     tr.set_defaults(func=cmd_train)
 
 
@@ -26,5 +32,5 @@ def cmd_train(args: argparse.Namespace) -> int:
     from pacs.runs.segments import JobOptions
     from pacs.train.launch import launch
 
-    job = JobOptions(args.restart_on_change, args.attempt, args.keep_weights)
+    job = JobOptions(args.restart_on_change, args.attempt, args.keep_weights, args.calibration, args.worst_case)
     return launch(args.config, args.out, job, args.nproc_per_node, args.nnodes)

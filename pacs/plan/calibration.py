@@ -65,14 +65,24 @@ class Calibration:
     decode_efficiency: float = 0.7  # share of the decoding roofline reached (assumed)
     max_num_seqs: int = GPUS["h100"]["max_num_seqs"]  # vLLM's sequences at once
     push_bytes_per_s: float = 4e10  # trainers to generators (assumed: one NDR InfiniBand link)
-    # CUDA context, NCCL buffers and allocator fragmentation, per GPU, on top of what the plan counts
+    # per GPU, beside the tensors the plan counts: the CUDA context, cuBLAS's workspaces, NCCL's buffers
     overhead_bytes: int = 2 * GIB
+    # the share of a GPU's memory the fit leaves free (pacs.plan.fit.usable_bytes): the caching allocator's blocks
+    # that no tensor fills (fragmentation, less with expandable segments) and what the plan's arithmetic misses
+    memory_headroom: float = 0.05
     # vLLM's own memory beside weights and KV cache (activations while profiling, CUDA graphs)
     vllm_overhead_bytes: int = 2 * GIB
+    # vLLM's CUDA graphs, which stay on the GPU while it sleeps: its pool holds its weights and KV cache only
+    # (vLLM 0.32: sleep_mode_offload_cudagraph, off by default); assumed, from vLLM's capture logs of 7-8B models
+    vllm_graph_bytes: int = int(1.5 * GIB)
     startup_s: float = 600.0  # per job: loading the model, starting vLLM, capturing CUDA graphs
     # writing a checkpoint (HF weights, sharded resume state, manifest checksums) to a cluster file system
     checkpoint_bytes_per_s: float = 5e8
     source: str = "defaults (pacs.plan.calibration)"
+
+    def __post_init__(self):
+        if not 0 <= self.memory_headroom < 1:
+            raise ValueError(f"calibration: memory_headroom must be in [0, 1), got {self.memory_headroom}")
 
     def mfu_at(self, width: int) -> float:
         """The update's MFU for a model of hidden size ``width``: the measured width nearest to it, or

@@ -26,7 +26,7 @@ from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.decode import decode_seconds, generation_seconds, spread
 from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
-from pacs.plan.fit import AUTO, Fit, fit_sizes, is_auto
+from pacs.plan.fit import AUTO, Fit, fit_sizes, is_auto, usable_bytes
 from pacs.plan.memory import DTYPE_BYTES, PHASES, dims, evaluation_memory, training_memory
 from pacs.plan.overlap import splits
 
@@ -77,6 +77,7 @@ class Job:
     fit: Fit | None = None
     auto: bool = False
     layers: int = 0
+    limit: int | None = None  # training: the bytes per GPU its phases must plan within (pacs.plan.fit.usable_bytes)
     # training on 2 GPUs or more: the colocated step, then each split into generator and trainer GPUs
     splits: list = field(default_factory=list)
 
@@ -147,11 +148,10 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     if auto or (run["trainer"]["gradient_checkpointing"] and gpus):
         asked = run["trainer"] if auto else {**run["trainer"], "checkpoint_layers": AUTO}
         trainer, fit = fit_sizes(shape, {**run, "trainer": asked}, gpus, max(gpus, 1), "ref_logprobs" in needs,
-                                 critic, cal.memory_bytes, cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+                                 critic, cal.memory_bytes, cal)  # fmt: skip
         if auto:
             run = {**run, "trainer": trainer}
-    memory = training_memory(shape, run, gpus, "ref_logprobs" in needs, critic, cal.memory_bytes,
-                             cal.vllm_overhead_bytes, cal.overhead_bytes)  # fmt: skip
+    memory = training_memory(shape, run, gpus, "ref_logprobs" in needs, critic, cal.memory_bytes, cal)
     d, t, r = dims(shape), run["trainer"], run["rollout"]
     rows = t["batch_size"] * r["n"]
     prompt = min(settings.mean_prompt_length, run["data"]["max_prompt_length"])
@@ -166,6 +166,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
     job.fit, job.auto, job.layers = fit, auto, d["layers"]
+    job.limit = usable_bytes(run["trainer"], cal.memory_bytes, cal)
 
     def modeled(mean: float) -> float:  # seconds of one step, responses of mean length ``mean``
         update = step_flops(d, run, needs, critic, prompt, round(mean))[1]
@@ -187,7 +188,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
 
 def plan_evaluation(name: str, shape, settings_: dict, problems: int, gpus: int, settings: PlanSettings,
                     cal: Calibration) -> Job:  # fmt: skip
-    memory = evaluation_memory(shape, settings_, gpus, cal.memory_bytes, cal.vllm_overhead_bytes, cal.overhead_bytes)
+    memory = evaluation_memory(shape, settings_, gpus, cal.memory_bytes, cal)
     d = dims(shape)
     prompt, response = settings.mean_prompt_length, mean_response(settings, settings_["max_tokens"])
     generated = problems * settings_["n"] * response
@@ -219,6 +220,8 @@ MEMORY_FIXES = {"parameters": "trainer.strategy fsdp or more resources.train.gpu
                 "reference": "trainer.strategy fsdp", "gathered": "trainer.compute_dtype bfloat16",
                 "activations": "trainer.gradient_checkpointing, trainer.max_tokens_per_micro_batch or "
                                "trainer.micro_batch_size", "logits": "trainer.logprob_chunk_size",
+                "backward": "trainer.max_tokens_per_micro_batch or trainer.logprob_chunk_size",
+                "vllm graphs": "rollout.vllm.enforce_eager",
                 "forward": "trainer.max_tokens_per_micro_batch or trainer.micro_batch_size",
                 "vllm": "rollout.vllm.gpu_memory_utilization", "sampling": "rollout.prompt_batch_size",
                 "vllm (awake)": "rollout.vllm.sleep_level 1 or 2", "overhead": ""}  # fmt: skip
@@ -236,17 +239,18 @@ def largest(parts: dict, count: int = 3) -> list[tuple[str, int]]:
 
 
 def check_training(job: Job, cal: Calibration, keys: str) -> None:
-    """Errors for a training job on GPUs that does not fit; ``keys``: where its run's keys live."""
+    """Errors for a training job on GPUs that does not fit (``job.limit``); ``keys``: where its run's keys live."""
     if not job.gpus:
         return
-    limit = cal.memory_bytes
     for phase in PHASES:
         parts = job.memory[phase]
         total = sum(parts.values())
-        if total > limit:
+        if total > job.limit:
             listed = ", ".join(f"{k} {gb(v)}" for k, v in largest(parts, len(parts)))
+            usable = (f"{gb(job.limit)} usable of a {cal.gpu}'s {gb(cal.memory_bytes)} (its headroom "
+                      f"{cal.memory_headroom:.0%}, or {keys}.trainer.memory_limit_gb)")  # fmt: skip
             job.errors.append(f"{job.name}: the {phase} phase needs {gb(total)} per GPU ({listed}), more than the "
-                              f"{gb(limit)} of a {cal.gpu}; change {memory_fixes(parts, keys)}")  # fmt: skip
+                              f"{usable}; change {memory_fixes(parts, keys)}")  # fmt: skip
     _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 

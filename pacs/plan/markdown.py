@@ -32,7 +32,8 @@ def format_plan(plan: Plan) -> str:
     """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
     margin = plan.settings.runtime_margin
     cal = plan.calibration
-    lines = [f"GPU: {cal.gpu}, {gb(cal.memory_bytes)}, peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
+    lines = [f"GPU: {cal.gpu}, {gb(cal.memory_bytes)} (a training step plans within {1 - cal.memory_headroom:.0%} of "
+             f"it, or a run's trainer.memory_limit_gb), peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
              f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {train_mfu(cal)}, decoding at "
              f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
              "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "

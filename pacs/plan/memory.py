@@ -66,22 +66,37 @@ def critic_params(d: dict, shape) -> int:
     return d["params"] - (d["vocab"] * d["h"] if not shape.tie_word_embeddings else 0) + d["h"] + 1
 
 
-def layer_activation_bytes(d: dict, b: int) -> int:
-    """Bytes autograd saves per token in one decoder layer computing in a ``b``-byte dtype."""
+def layer_activation_bytes(d: dict, b: int, liger: bool = False) -> int:
+    """Bytes autograd saves per token in one decoder layer computing in a ``b``-byte dtype; ``liger``: with Liger's
+    RMSNorm, SwiGLU and rotary kernels (module docstring)."""
+    if liger:  # each norm its input and a reciprocal norm; SwiGLU its gate and up projections
+        saved = b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 3 * d["i"]) + 4 * (d["heads"] + 2)
+        if d["qk_norm"]:
+            saved += b * (d["q"] + d["kv"]) + 4 * (d["heads"] + d["kv_heads"])
+        return saved
     saved = b * (4 * d["h"] + 2 * d["q"] + 2 * d["kv"] + 4 * d["i"]) + 4 * (2 * d["h"] + d["heads"] + 2)
     if d["qk_norm"]:  # each head norm keeps its fp32 input, its normalized input and a reciprocal norm per head
         saved += (4 + b) * (d["q"] + d["kv"]) + 4 * (d["heads"] + d["kv_heads"])
     return saved
 
 
-def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool, layers: int | None = None) -> int:
-    """A micro-batch of ``tokens`` through the decoder: every layer's activations, or with checkpointing
-    each recomputing layer's input (``layers`` of them, None: all) plus one layer's activations and the other
-    layers' activations whole; plus the final norm's (fp32 input, output) and ids."""
-    per_layer = layer_activation_bytes(d, b)
+def activation_bytes(d: dict, b: int, tokens: int, checkpointing: bool, layers: int | None = None,
+                     liger: bool = False) -> int:  # fmt: skip
+    """A micro-batch of ``tokens`` through the decoder at the peak of its backward: every layer's activations; or
+    with checkpointing, each recomputing layer's input (the first ``layers``, None: all) and the other layers'
+    activations whole, which backward frees before it recomputes the first (so with every layer recomputing, one
+    layer's activations alive again); plus the final norm's (fp32 input, output) and ids."""
+    per_layer = layer_activation_bytes(d, b, liger)
     recomputed = min(d["layers"] if layers is None else layers, d["layers"]) if checkpointing else 0
-    kept = recomputed * b * d["h"] + (d["layers"] - recomputed) * per_layer + (per_layer if recomputed else 0)
+    kept = recomputed * b * d["h"] + max(d["layers"] - recomputed, 1) * per_layer
     return tokens * (kept + 4 * d["h"] + b * d["h"] + 12)
+
+
+def backward_bytes(d: dict, b: int, tokens: int) -> int:
+    """A decoder layer's backward beyond what it saved, at its peak: the MLP's three gradients of intermediate width
+    (the down projection's input, the activation's and the up projection's) and the residual stream's incoming and
+    accumulated gradients. With Liger's SwiGLU, whose backward writes into its saved tensors, fewer: not counted."""
+    return tokens * b * (3 * d["i"] + 2 * d["h"])
 
 
 def logit_bytes(d: dict, b: int, tokens: int, response_tokens: int, chunk: int | None) -> int:
@@ -119,21 +134,43 @@ def sampling_bytes(d: dict, b: int, run: dict, world: int) -> int:
     return sequences * (length * d["kv_bytes_per_token_fp"] * b + 12 * d["vocab"])
 
 
-def micro_batch_tokens(run: dict) -> tuple[int, int]:
-    """(tokens, response tokens) of the largest micro-batch: the token budget, or micro_batch_size prompts
-    of n samples padded to the longest prompt and response."""
+def group_tokens(run: dict) -> tuple[int, int]:
+    """(positions, response tokens) of one group of n samples at the maximum lengths, as the trainer computes
+    it and a token budget counts it (``pacs.train.update.packing.cost``): packed with its prompt shared
+    (``trainer.pack_sequences`` and ``share_prompt``), the prompt once and n responses; else n prompts and n
+    responses."""
     t, r = run["trainer"], run["rollout"]
+    n, prompt, response = r["n"], run["data"]["max_prompt_length"], r["max_response_length"]
+    shared = t.get("pack_sequences", True) and t.get("share_prompt", True) and n > 1
+    return (prompt if shared else n * prompt) + n * response, n * response
+
+
+def micro_batch_tokens(run: dict) -> tuple[int, int]:
+    """(positions, response tokens) of the largest micro-batch: the token budget (the positions a micro-batch
+    may hold), or micro_batch_size groups at the maximum lengths."""
+    t = run["trainer"]
     if "auto" in (t["max_tokens_per_micro_batch"], t.get("checkpoint_layers")):
         raise ValueError("trainer sizes of 'auto' are resolved for a device first (pacs.plan.fit.fit_sizes)")
-    length = run["data"]["max_prompt_length"] + r["max_response_length"]
-    tokens = t["max_tokens_per_micro_batch"] or t["micro_batch_size"] * r["n"] * length
-    return tokens, tokens * r["max_response_length"] // length
+    group, responses = group_tokens(run)
+    tokens = t["max_tokens_per_micro_batch"] or t["micro_batch_size"] * group
+    return tokens, tokens * responses // group
 
 
-def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_critic: bool,
-                    gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:  # fmt: skip
+def liger_in(run: dict, shape, gpus: int) -> bool:
+    """Whether the trainer computes with Liger's kernels (``pacs.tensors.kernels.liger_on``): as
+    ``trainer.liger_kernels`` says, or where it is null on GPUs for Qwen2 and Qwen3 unless ``trainer.compile``."""
+    t = run["trainer"]
+    if t.get("liger_kernels") is not None:
+        return t["liger_kernels"]
+    family = getattr(shape, "model_type", None) or "qwen2"
+    return gpus > 0 and family in ("qwen2", "qwen3") and not t.get("compile")
+
+
+def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_critic: bool, gpu_memory: int,
+                    cal) -> dict:  # fmt: skip
     """``{phase: {component: bytes}}`` for each of ``PHASES``, and ``"kv_cache"`` with a vLLM engine, per GPU of
-    run config ``run`` on ``gpus`` GPUs (0: one CPU process)."""
+    run config ``run`` on ``gpus`` GPUs (0: one CPU process) of ``gpu_memory`` bytes (vLLM's share is of it); ``cal``
+    (``pacs.plan.calibration.Calibration``): the overheads it adds."""
     d, t = dims(shape), run["trainer"]
     world = max(gpus, 1)
     bm = DTYPE_BYTES[run["model"]["dtype"]]
@@ -142,8 +179,12 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     shard = world if fsdp else 1
     trained = d["params"] + (critic_params(d, shape) if has_critic else 0)
     tokens, response = micro_batch_tokens(run)
-    acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"], t.get("checkpoint_layers"))
+    acts = activation_bytes(d, bc, tokens, t["gradient_checkpointing"], t.get("checkpoint_layers"),
+                            liger_in(run, shape, gpus))  # fmt: skip
     gathered = d["root_params"] + 2 * d["layer_params"]  # FSDP2's root and two layers, unsharded
+    # in backward: those, the root's and one layer's unsharded gradients and, below fp32, that layer's fp32 copy that
+    # reduce-scatter takes (the root stays gathered until its backward, the embedding's, ends the pass)
+    gathered_grads = (d["root_params"] + d["layer_params"]) * bc + (d["layer_params"] * 4 if bc != 4 else 0)
     state = {
         "parameters": math.ceil(trained * bm / shard),
         "optimizer": math.ceil(2 * trained * bm / shard),
@@ -151,21 +192,27 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     }
     update = {
         "parameters": state["parameters"],
-        "gradients": state["parameters"] * (2 if t["strategy"] == "ddp" and world > 1 else 1),
+        # the critic's are freed before the actor's update: the larger model's
+        "gradients": math.ceil(max(d["params"], critic_params(d, shape) if has_critic else 0) * bm / shard)
+        * (2 if t["strategy"] == "ddp" and world > 1 else 1),
         "optimizer": state["optimizer"],
         "reference": state["reference"],
-        "gathered": gathered * (2 * bc + (4 if bc != 4 else 0)) if fsdp else 0,
+        "gathered": gathered * bc + gathered_grads if fsdp else 0,
         "activations": acts,
-        "logits": logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]),
-        "overhead": overhead if gpus else 0,
+        # the larger transient of backward: the LM head's (first, all activations still alive) or a layer's
+        "backward": max(logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]), backward_bytes(d, bc, tokens)),
+        "overhead": cal.overhead_bytes if gpus else 0,
     }
     no_grad = {**state, "gathered": gathered * bc if fsdp else 0, "forward": forward_bytes(d, bc, tokens),
                "logits": forward_logit_bytes(d, bc, tokens, response, t["logprob_chunk_size"]),
                "overhead": update["overhead"]}  # fmt: skip
     vllm = run["rollout"]["engine"] == "vllm" and gpus > 0
-    share = int(run["rollout"]["vllm"]["gpu_memory_utilization"] * gpu_memory) if vllm else 0
-    if vllm and run["rollout"]["vllm"].get("sleep_level", 2) == 0:
+    options = run["rollout"]["vllm"]
+    share = int(options["gpu_memory_utilization"] * gpu_memory) if vllm else 0
+    if vllm and options.get("sleep_level", 2) == 0:
         update["vllm (awake)"] = no_grad["vllm (awake)"] = share
+    elif vllm and not options.get("enforce_eager"):  # asleep, its CUDA graphs stay (outside its pool)
+        update["vllm graphs"] = no_grad["vllm graphs"] = cal.vllm_graph_bytes
     generate = {**state, "overhead": update["overhead"]}
     if vllm:
         generate["vllm"] = share
@@ -177,12 +224,12 @@ def training_memory(shape, run: dict, gpus: int, needs_reference: bool, has_crit
     length = run["rollout"]["vllm"].get("max_model_len") or run["data"]["max_prompt_length"] + run["rollout"][
         "max_response_length"]  # fmt: skip
     weights, per_token = d["params"] * bc, d["kv_bytes_per_token_fp"] * bc
-    kv = {"weights": weights, "cache": share - weights - vllm_overhead if vllm else 0,
+    kv = {"weights": weights, "cache": share - weights - cal.vllm_overhead_bytes if vllm else 0,
           "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
     return {"generate": generate, "no_grad": no_grad, "update": update, "kv_cache": kv}
 
 
-def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_overhead: int, overhead: int) -> dict:
+def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, cal) -> dict:
     """``{"generate": {...}, "kv_cache": {...}}`` per GPU of one evaluation (one vLLM engine, bf16 weights;
     ``engine: auto`` counts as vLLM, what a GPU node runs)."""
     d = dims(shape)
@@ -192,9 +239,10 @@ def evaluation_memory(shape, settings: dict, gpus: int, gpu_memory: int, vllm_ov
     weights = math.ceil(d["params"] * b / tp)
     length = settings["vllm"]["max_model_len"] or EVAL_PROMPT_TOKENS + settings["max_tokens"]
     per_token = d["kv_bytes_per_token_fp"] * b // tp
-    generate = {"vllm": share if gpus else weights, "overhead": overhead if gpus else 0}
+    overhead = cal.overhead_bytes if gpus else 0
+    generate = {"vllm": share if gpus else weights, "overhead": overhead}
     if settings["engine"] == "hf":  # transformers: the weights and its own cache (not counted)
-        return {"generate": {"weights": weights, "overhead": overhead if gpus else 0}}
-    kv = {"weights": weights, "cache": share - weights - vllm_overhead if gpus else 0,
+        return {"generate": {"weights": weights, "overhead": overhead}}
+    kv = {"weights": weights, "cache": share - weights - cal.vllm_overhead_bytes if gpus else 0,
           "per_sequence": per_token * length, "max_model_len": length}  # fmt: skip
     return {"generate": generate, "kv_cache": kv}

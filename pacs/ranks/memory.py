@@ -20,6 +20,8 @@ steps so far, of:
   awake (about 40 GB at ``gpu_memory_utilization`` 0.5 on an H100). The pool holds the same bytes for the
   whole phase, so subtracting it at the end removes it from the peak too. Reserved, not allocated: what the
   device runs out of.
+- ``allocated`` (CUDA): the peak of what torch's tensors held in the phase (``max_memory_allocated``), the engine's
+  pool left out as from ``torch``: what ``torch`` reserves beyond it is the allocator's cache and fragmentation.
 - ``device`` (CUDA): the device's peak use in the phase, whoever holds it (the CUDA context, NCCL's buffers,
   vLLM awake): its use at the phase's end (``torch.cuda.mem_get_info``: total - free) plus how far torch's
   reserved peak in the phase rose above what torch reserves at the end. Exact when nothing torch does not
@@ -101,7 +103,7 @@ class PhaseMemory:
         """Fold the peaks since the last boundary into the maxima (phase ``ended``'s too, when one ends here),
         then reset the counters for the next span."""
         seen = self._measure()
-        for key in ("rss", "torch"):
+        for key in ("rss", "torch", "allocated"):
             if key in seen:
                 self.total[key] = max(self.total.get(key, 0), seen[key])
         if ended is not None:
@@ -120,6 +122,7 @@ class PhaseMemory:
             peak, now = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
             free, total = torch.cuda.mem_get_info()
             seen["torch"] = peak - self.pooled()
+            seen["allocated"] = max(torch.cuda.max_memory_allocated() - self.pooled(), 0)
             seen["device"] = total - free + peak - now
         return seen
 

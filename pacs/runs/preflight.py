@@ -12,13 +12,18 @@ phase, ``pacs.plan.memory``) and ``eval``
 In ``DIR``:
 1. ``run.yaml`` and ``run/``: the run with ``steps`` steps, ``rollout.ignore_eos`` (every sample as long as
    ``rollout.max_response_length``), a checkpoint at the last step, no held-out evaluation and no wandb,
-   trained by the command of the training job itself (``pacs train``: torchrun, srun across nodes). The first
-   step pays for warm-up and the optimizer's state; the last one is the run's worst-case step. Each rank's
-   peak memory in each phase of a step (``pacs.ranks.memory``: on a GPU the device's use, the CUDA context,
-   NCCL and vLLM awake included, a sleeping vLLM's pool not; else the process's resident peak) is checked
-   against ``memory.limit``; beside generator ranks (``rollout.generator_ranks``), the largest generator's
-   peak too. The sizes a ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.update.sizes``) are
-   reported beside the plan's (``memory.sizes``).
+   trained by the command of the training job itself (``pacs train``: torchrun, srun across nodes, with
+   ``--worst-case``). The first step pays for warm-up and the optimizer's state; the last one is the run's
+   slowest step. Every group at the maximum lengths packs one group per micro-batch where a token budget
+   holds less than two, so after its last step the job also runs a no-grad pass and an update of the largest
+   micro-batches the budget packs (``pacs.train.loop.worst_case``: the positions of the budget, within a group's
+   rounding); its largest micro-batch under 90 % of what the run can pack fails the preflight. Each rank's
+   peak memory in each phase (``pacs.ranks.memory``: on a GPU the device's use, the CUDA context, NCCL and vLLM
+   awake included, a sleeping vLLM's pool not, beside torch's reserved and allocated peaks; else the process's
+   resident peak) is checked against ``memory.limit`` (``trainer.memory_limit_gb`` where set, else the device's);
+   beside generator ranks (``rollout.generator_ranks``), the largest generator's peak too. The sizes a
+   ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.update.sizes``, with the plan's
+   calibration: ``pacs preflight --calibration``) are reported beside the plan's (``memory.sizes``).
 2. The checkpoint read back: every file against the sizes and SHA-256 of its manifest, as a resume checks it.
 3. ``eval/``: one evaluation chunk (``chunk_problems`` problems) of that checkpoint with the benchmark's
    settings, by ``pacs evaluate``.
@@ -36,10 +41,11 @@ from pathlib import Path
 import yaml
 
 from pacs.io import atomic_write_json, atomic_write_text
-from pacs.plan.memory import PHASES
+from pacs.plan.memory import PHASES, group_tokens
 from pacs.runs.segments import EXIT_STOPPED, read_segments
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory")
+FILLED = 0.9  # of the positions the run can pack into a micro-batch, at least, in the preflight's largest
 
 
 class PreflightError(RuntimeError):
@@ -72,6 +78,8 @@ def memory_change(spec: dict, phases=PHASES) -> str:
 
     memory, keys = spec["memory"], spec["keys"]
     fixes = [memory_fixes(memory[p], keys) for p in phases if p in memory]
+    if memory.get("sizes"):  # sizes of auto: a lower limit makes them smaller, whatever the plan's arithmetic missed
+        fixes.insert(0, f"{keys}.trainer.memory_limit_gb (below the device's: the auto sizes then fit in less)")
     return "; ".join(dict.fromkeys(f for fix in fixes for f in fix.split("; ") if f))
 
 
@@ -138,7 +146,7 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
     run_dir = out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
     began = time.time()
-    code = subprocess.run([*launcher, "--config", str(config), "--out", str(run_dir)]).returncode
+    code = subprocess.run([*launcher, "--config", str(config), "--out", str(run_dir), "--worst-case"]).returncode
     if code == EXIT_STOPPED:
         raise PreflightError(f"{spec['name']}: the preflight's training stopped for its job's time limit before its "
                              f"{spec['steps']} steps ended; raise preflight.runtime (and resources.train.max_runtime "
@@ -162,7 +170,9 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
         "tokens_per_s": last["throughput/tokens_per_s"],
         "checkpoint_s": stop["checkpoint_s"],
         "sizes": start.get("sizes"),  # trainer keys of auto, as the job resolved them on its devices
-        "peaks": stop["peak_gb"],  # the trainers'; the generators' come with each batch
+        "cuda_allocator": start.get("cuda_allocator"),
+        "peaks": stop["peak_gb"],  # the trainers' (the worst case's included); the generators' come with each batch
+        "worst_case": stop.get("worst_case"),
         "generator_peaks": {
             k.removeprefix("memory/generator_peak_").removesuffix("_gb"): v
             for k, v in last.items()
@@ -171,6 +181,30 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
         "logprob_gap_first_step": {k: steps[0][k] for k in steps[0] if k.startswith("rollout/logprob_gap")},
         "run_dir": str(run_dir),
     }
+
+
+def check_worst_case(spec: dict, train: dict) -> dict | None:
+    """The largest micro-batch the preflight measured beside what the run can pack: the token budget, or a rank's
+    whole share of a mini-batch at the maximum lengths where that is less (one group at least); an error when it
+    fell under ``FILLED`` of it. None without a budget (micro_batch_size prompts: the steps' own are the largest)."""
+    run, sizes = spec["run"], train["sizes"] or {}
+    budget = sizes.get("max_tokens_per_micro_batch") or run["trainer"]["max_tokens_per_micro_batch"]
+    if not budget:
+        return None
+    worst = train["worst_case"]
+    if worst is None:
+        raise PreflightError(f"{spec['name']}: the preflight's training recorded no worst case (pacs train "
+                             "--worst-case): its largest micro-batches were not measured")  # fmt: skip
+    full = group_tokens(run)[0]
+    shares = -(-run["trainer"]["mini_batch_size"] // len(train["peaks"]))  # groups of a rank's share of a mini-batch
+    reachable = max(full, min(budget, shares * full))
+    if worst["largest_micro_batch"] < FILLED * reachable:
+        largest = worst["largest_micro_batch"]
+        raise PreflightError(f"{spec['name']}: the preflight's largest micro-batch held {largest} positions, under "
+                             f"{FILLED:.0%} of the {reachable} the run can pack with trainer.max_tokens_per_micro_batch"
+                             f" {budget}: the memory of the run's largest micro-batches was not measured (a defect of "
+                             "pacs.train.update.worst: report it)")  # fmt: skip
+    return {**worst, "reachable": reachable}
 
 
 def read_back(spec: dict, root: Path) -> dict:
@@ -220,6 +254,7 @@ def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
     (out / "preflight.json").unlink(missing_ok=True)
     train = run_training(spec, out, launcher)
     used = check_memory(spec, train["peaks"])
+    train["worst_case"] = check_worst_case(spec, train)
     result = {"name": spec["name"], "runs": spec["runs"], **train, "phase_bytes": used,
               "generator_peak_bytes": check_generator_memory(spec, train["generator_peaks"]),
               "device_peak_bytes": [max(u.values(), default=0.0) for u in used],
@@ -239,15 +274,20 @@ def memory_table(r: dict) -> list[str]:
 
     gpu = "device" in r["peaks"][0]["phases"].get("update", {})
     what = ("the device's use (torch's reserved peak, less a sleeping vLLM's pool, with the CUDA context, NCCL "
-            "and vLLM awake)" if gpu else "the process's resident peak")  # fmt: skip
+            "and vLLM awake), and torch's reserved and allocated peaks" if gpu else "the process's resident peak")
     limit = r["limit_bytes"]
-    lines = [f"Peak memory per phase of a step: measured, {what}, on the largest of {len(r['peaks'])} rank(s); "
-             f"the plan's figure for the phase (device: {_gb(limit) if limit else '-'}).", "",
-             "| phase | measured | plan | the plan's largest parts |", "|---|---|---|---|"]  # fmt: skip
+    lines = [f"Peak memory per phase (the steps', then the largest micro-batches': the worst case): measured, {what}, "
+             f"on the largest of {len(r['peaks'])} rank(s); the plan's figure for the phase (limit: "
+             f"{_gb(limit) if limit else '-'}).", "",
+             "| phase | measured | reserved | allocated | plan | the plan's largest parts |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for phase in PHASES:
         measured = max((u[phase] for u in r["phase_bytes"] if phase in u), default=None)
+        torch_gb = {k: max((p["phases"].get(phase, {}).get(k, 0.0) for p in r["peaks"]), default=0.0) * 1e9
+                    for k in ("torch", "allocated")}  # fmt: skip
         parts = ", ".join(f"{k} {_gb(v)}" for k, v in largest(r["spec"]["memory"].get(phase, {})))
         lines.append(f"| {phase} | {_gb(measured) if measured is not None else '-'} | "
+                     f"{_gb(torch_gb['torch']) if gpu else '-'} | {_gb(torch_gb['allocated']) if gpu else '-'} | "
                      f"{_gb(r['plan_phase_bytes'][phase])} | {parts} |")  # fmt: skip
     return lines
 
@@ -278,6 +318,12 @@ def format_preflight(r: dict) -> str:
         lines.append(f"- micro-batches sized by memory for {_gb(z['memory_bytes'])} per rank: "
                      f"trainer.max_tokens_per_micro_batch {z['max_tokens_per_micro_batch']}, trainer.checkpoint_layers "
                      f"{z['checkpoint_layers']} (planned peak {_gb(z['planned_bytes'])}){plan}")  # fmt: skip
+    if r.get("worst_case"):
+        w = r["worst_case"]
+        allocator = r.get("cuda_allocator") or "its defaults"
+        lines.append(f"- the largest micro-batch measured: {w['largest_micro_batch']} positions, "
+                     f"{w['largest_micro_batch'] / w['budget']:.0%} of the token budget {w['budget']} (the run can "
+                     f"pack {w['reachable']}); torch's allocator: {allocator}")  # fmt: skip
     if r.get("generator_peak_bytes") is not None:
         lines.append(f"- generator ranks: the largest peaked at {_gb(r['generator_peak_bytes'])} (the device's use on "
                      "a GPU, else the process's resident peak)")  # fmt: skip

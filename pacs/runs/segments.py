@@ -44,6 +44,8 @@ class JobOptions:
     restart_on_change: bool = False  # a run directory under another config is deleted, not refused
     attempt: int = 1  # the workflow's attempt (Snakemake's): after the first, continue only after a planned stop
     keep_weights: Path | None = None  # a JSON list of steps, read at every save, instead of checkpoint.keep_weights
+    calibration: Path | None = None  # pacs bench gpu's file that auto sizes are resolved with (pacs.plan.calibration)
+    worst_case: bool = False  # after the last step, the largest micro-batches measured (the preflight's)
 
 
 def slurm_end_time(environ=os.environ) -> float | None:
@@ -125,7 +127,8 @@ class Segment:
         self._refresh()
         self.step = step
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
-                     end_time=self.end, **({"sizes": sizes} if sizes else {}))  # fmt: skip
+                     end_time=self.end, cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                     **({"sizes": sizes} if sizes else {}))  # fmt: skip
 
     def __enter__(self):
         self._handlers = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
@@ -163,12 +166,13 @@ class Segment:
             return f"signal {self.signalled or 'on another rank'}"
         return "time limit" if short else ""
 
-    def stop(self, step: int, reason: str) -> None:
-        """On every rank (it gathers each rank's peak memory): the job ends here, saved at ``step``."""
+    def stop(self, step: int, reason: str, worst: dict | None = None) -> None:
+        """On every rank (it gathers each rank's peak memory): the job ends here, saved at ``step``; ``worst``: the
+        largest micro-batches it measured after its last step (``pacs.train.loop.worst_case``)."""
         from pacs.ranks.memory import rank_peaks
 
         self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
-                     peak_gb=rank_peaks(self.env))  # fmt: skip
+                     peak_gb=rank_peaks(self.env), **({"worst_case": worst} if worst else {}))  # fmt: skip
 
 
 def job_ended(out: Path, began: int, code: int | None, signalled: str = "") -> None:

@@ -31,7 +31,7 @@ def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
     return logits.div_(temperature) if temperature != 1.0 else logits
 
 
-def _accumulate_head_grad(grad_weight: Tensor, dlogits: Tensor, hidden: Tensor) -> None:
+def accumulate_head_grad(grad_weight: Tensor, dlogits: Tensor, hidden: Tensor) -> None:
     """grad_weight (V, H) fp32 += dlogits^T (V, N) @ hidden (N, H). On a GPU in bf16, one GEMM reading the bf16
     operands and accumulating into the fp32 gradient (cuBLAS computes in fp32): the same products and sums as
     upcasting both first, without an fp32 matmul (TF32 is off) or an fp32 copy of either operand."""
@@ -71,7 +71,7 @@ class ChunkedLogprobs(torch.autograd.Function):
             dlogits = dlogits.to(weight.dtype)
             if grad_hidden is not None:
                 grad_hidden[s : s + ctx.chunk_size] = dlogits @ weight
-            _accumulate_head_grad(grad_weight, dlogits, h)
+            accumulate_head_grad(grad_weight, dlogits, h)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None
 
 

@@ -44,7 +44,9 @@ def to_device(x: Tensor, device) -> Tensor:
     """A host tensor onto ``device`` without waiting for it: a pageable host-to-device copy first synchronizes the
     stream, a pinned one is queued."""
     device = torch.device(device)
-    return x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x.to(device)
+    if device.type != "cuda" or not torch.cuda.is_available():  # (a fake CUDA device: pacs.bench.traced)
+        return x.to(device)
+    return x.pin_memory().to(device, non_blocking=True)
 
 
 class PackedRows:

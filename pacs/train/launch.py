@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from pacs.config import to_dict
+from pacs.ranks.allocator import configure_allocator
 from pacs.runs.lifetime import PARENT, SIGNALS_TORCHRUN_HANDLES, rank_dies_with_torchrun, wait_forwarding_stops
 from pacs.runs.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
 from pacs.train.settings.config import load_run_config
@@ -132,6 +133,7 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
     """Start the run as the request and the environment say (module docstring); returns the exit status:
     ``EXIT_STOPPED`` when the job stopped early, saved (``pacs.runs.segments``)."""
     environ, job = os.environ, job or JobOptions()
+    configure_allocator(environ)  # before CUDA starts here or in the ranks, which inherit it (pacs.ranks.allocator)
     if "LOCAL_RANK" in environ:  # a rank torchrun started
         rank_dies_with_torchrun()  # pacs.runs.lifetime
         if int(environ.get("RANK", 0)):
@@ -150,7 +152,9 @@ def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, 
     environ = os.environ
     args = ["--config", str(config_path), "--out", str(out), "--attempt", str(job.attempt),
             *(["--restart-on-change"] if job.restart_on_change else []),
-            *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else [])]  # fmt: skip
+            *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else []),
+            *(["--calibration", str(job.calibration)] if job.calibration else []),
+            *(["--worst-case"] if job.worst_case else [])]  # fmt: skip
     entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname(), "nnodes": nnodes,
              "nproc_per_node": nproc_per_node, "slurm_job": environ.get("SLURM_JOB_ID"),
              "visible_devices": environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,7 +20,7 @@ from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
 from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
-from pacs.ranks.memory import peak_memory, phase
+from pacs.ranks.memory import peak_memory, phase, rank_peaks
 from pacs.runs import checkpoint as ckpt
 from pacs.runs import retention
 from pacs.runs.directory import check_run_dir, truncate_metrics
@@ -34,6 +35,7 @@ from pacs.train.settings.prompts import load_prompts
 from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
 from pacs.train.update.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.update.sizes import resolve_sizes
+from pacs.train.update.worst import largest_micro_batch, worst_batch, worst_lengths
 from pacs.verify import VerifierPool
 from pacs.verify.pool import node_workers
 
@@ -79,13 +81,15 @@ def fresh_rows(config: RunConfig, env: DistEnv) -> int:
     return t.mini_batch_size // env.world_size * config.rollout.n if t.epochs == 1 else 0
 
 
-def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv) -> torch.Tensor:
-    """Old log-probs (of the rows past ``fresh_rows``), reference log-probs and values, once per step: none
-    needs rewards. Returns the policy's entropy (B, T) for logging (0 on fresh rows)."""
+def score_batch(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
+                fresh: int | None = None) -> torch.Tensor:  # fmt: skip
+    """Old log-probs (of the rows past ``fresh``, default ``fresh_rows``), reference log-probs and values, once per
+    step: none needs rewards. Returns the policy's entropy (B, T) for logging (0 on fresh rows)."""
     n = config.rollout.n
     temperature = config.rollout.temperature or 1.0
     policy, reference, critic = models.policy_module, models.reference, models.critic_module
-    device, shape, fresh, pack = env.device, batch["response_mask"].shape, fresh_rows(config, env), pack_group(config)
+    fresh = fresh_rows(config, env) if fresh is None else fresh
+    device, shape, pack = env.device, batch["response_mask"].shape, pack_group(config)
     batch["old_logprobs"], entropy = torch.zeros(shape), torch.zeros(shape)
     if fresh < shape[0]:
         rest = {k: v[fresh:] for k, v in batch.items()}
@@ -154,6 +158,34 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     return record
 
 
+def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
+    """The preflight's last measurement (``pacs train --worst-case``): a step's no-grad pass and update, without
+    its sampling, of the largest micro-batches the token budget packs (``pacs.train.update.worst``: random tokens,
+    every prompt at its longest), counted in the step's memory phases. Returns the budget, the positions of the
+    largest micro-batch on any rank and every rank's peaks before it (the steps')."""
+    before = rank_peaks(env)
+    t, n, layout = config.trainer, config.rollout.n, pack_group(config)
+    objective, options = get_objective(config.algorithm.name), objective_config(config)
+    lengths = worst_lengths(t.max_tokens_per_micro_batch, config.data.max_prompt_length,
+                            config.rollout.max_response_length, n, layout, t.mini_batch_size // env.world_size)
+    groups = len(lengths) * env.world_size  # one mini-batch of them: its micro-batches as the budget packs them
+    probe = replace(config, trainer=replace(t, batch_size=groups, mini_batch_size=groups, epochs=1))
+    batch = worst_batch(lengths, config.data.max_prompt_length, n, models.policy.config.vocab_size, env.rank)
+    engine.release_memory()  # as after a step's sampling
+    if "values" in objective.needs(options):
+        add_value_states(batch, config.rollout.max_response_length)
+    with phase("no_grad", engine):
+        entropy = score_batch(batch, probe, models, env, fresh=0)
+    batch["sampler_logprobs"] = batch["old_logprobs"].clone()
+    batch["rewards"] = (torch.arange(len(lengths) * n) % 2).float()  # both outcomes in every group
+    batch.update(prepare_whole_batch(objective, batch, n, options, env))
+    with phase("update", engine):
+        update_models(batch, probe, models, env, entropy)
+    largest = largest_micro_batch(batch, n, t.max_tokens_per_micro_batch, layout)
+    return {"budget": t.max_tokens_per_micro_batch, "groups": lengths, "peaks_before": before,
+            "largest_micro_batch": int(all_reduce(torch.tensor(largest), env, "max"))}  # fmt: skip
+
+
 def train_step(step: int, config: RunConfig, models: Models, rollouts: RolloutSchedule, env: DistEnv) -> dict:
     """One step: its rollouts (sampled now, or ``rollout.staleness`` steps ago); while the verifier scores,
     old log-probs (of rows the update does not score on-policy), reference log-probs and values; then rewards
@@ -218,7 +250,8 @@ def train(
         release_generators(env, start)  # nothing for them to sample either
         return {"status": "complete", "start_step": start, "final_step": start}
     needs = objective.needs(options)
-    config, sizes = resolve_sizes(config, env, "ref_logprobs" in needs, objective.value_loss is not None)
+    config, sizes = resolve_sizes(config, env, "ref_logprobs" in needs, objective.value_loss is not None,
+                                  job.calibration)  # fmt: skip
     models = load_models(config, objective, needs, latest[1] if latest else None, env)
 
     data = config.data
@@ -292,5 +325,6 @@ def train(
                 segment.stop(step + 1, stop)
                 return {"status": "stopped", "reason": stop, "start_step": start, "final_step": step + 1}
         bar.close()
-        segment.stop(t.total_steps, "done")
+        worst = worst_case(config, models, env, engine) if job.worst_case and t.max_tokens_per_micro_batch else None
+        segment.stop(t.total_steps, "done", worst)
     return {"status": "trained", "start_step": start, "final_step": t.total_steps}

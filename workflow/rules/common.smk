@@ -284,7 +284,10 @@ def train_launcher(verb="train"):
     spec = config["resources"].get("train", {})
     nodes = int(spec.get("nodes") or 1)
     per_node = int(spec.get("gpu") or 0) // nodes
-    return f"pacs {verb} --nproc-per-node {max(per_node, 1)} --nnodes {nodes}"
+    # auto sizes resolved with the calibration the plan prices the run with (pacs.train.update.sizes)
+    calibration = (config.get("plan") or {}).get("calibration")
+    calibration = f" --calibration {shlex.quote(calibration)}" if calibration else ""
+    return f"pacs {verb} --nproc-per-node {max(per_node, 1)} --nnodes {nodes}{calibration}"
 
 
 def preflight_resources():
