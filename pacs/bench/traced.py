@@ -126,7 +126,7 @@ def category_bytes(tracker) -> dict[str, int]:
     return {str(k).removeprefix("_MemRefType."): int(v) for k, v in peak.items()}
 
 
-def largest_micro_batch(run: dict, t, vocab: int, world: int, critic: bool) -> dict:
+def worst_micro_batch(run: dict, t, vocab: int, world: int, critic: bool) -> dict:
     """The largest micro-batch of ``run`` on the host (``pacs.train.update.worst``), as the trainer lays it out:
     rows trimmed, packed (``PackedRows``) where ``trainer.pack_sequences``, the critic's states with a critic."""
     from pacs.tensors.batch import add_value_states
@@ -157,12 +157,13 @@ def trace_step(shape: str, overrides: dict, run: dict, env, needs_reference: boo
 
     from pacs.config import from_dict
     from pacs.models.shapes import model_config
+    from pacs.tensors.batch import token_logprobs
     from pacs.tensors.kernels import adamw
     from pacs.train.settings.config import OptimConfig, TrainerConfig
 
     t = from_dict(TrainerConfig, {**run["trainer"], "liger_kernels": False, "compile": False}, "trainer")
     config = model_config(shape, **overrides)
-    host = largest_micro_batch(run, t, config.vocab_size, env.world_size, critic)
+    host = worst_micro_batch(run, t, config.vocab_size, env.world_size, critic)
     models = {"policy": built(config, t, env, "policy")}
     if needs_reference:
         models["reference"] = built(config, t, env, "reference")
@@ -181,9 +182,20 @@ def trace_step(shape: str, overrides: dict, run: dict, env, needs_reference: boo
             for p in models[name].parameters():
                 optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
                                       "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
-        passes = StepPasses(models, optimizers, micro, t, run, entropy)
+        temperature, n = run["rollout"].get("temperature") or 1.0, run["rollout"]["n"]
+
+        def scored() -> None:  # old log-probs, with the entropy for logging: the pass's largest forward
+            with torch.no_grad():
+                token_logprobs(models["policy"], micro, temperature, "no_grad", n)
+
+        def updated() -> None:  # the actor's forward and backward onto the gradients of the micro-batches before it
+            for p in models["policy"].parameters():  # (as from a mini-batch's second one on), then freed
+                p.grad = torch.zeros_like(p)
+            token_logprobs(models["policy"], micro, temperature, entropy, n)[0].sum().backward()
+            optimizers["policy"].zero_grad(set_to_none=True)
+
         peaks = {}
-        for phase, run_phase in (("no_grad", passes.scored), ("update", passes.updated)):
+        for phase, run_phase in (("no_grad", scored), ("update", updated)):
             tracker = peak_tracker()
             tracker.track_external(*models.values(), *optimizers.values())
             with tracker:
@@ -192,33 +204,6 @@ def trace_step(shape: str, overrides: dict, run: dict, env, needs_reference: boo
     positions = int(host["packed"].source.numel()) if "packed" in host else int(host["input_ids"].numel())
     return {"shape": shape, "overrides": overrides, "world": env.world_size, "micro_batch_positions": positions,
             "micro_batch_response_tokens": int(host["response_mask"].sum()), **peaks}  # fmt: skip
-
-
-class StepPasses:
-    """A step's passes over one micro-batch, as the trainer makes them (``pacs.train.loop``)."""
-
-    def __init__(self, models: dict, optimizers: dict, micro: dict, t, run: dict, entropy: str):
-        self.models, self.optimizers, self.micro, self.t, self.entropy = models, optimizers, micro, t, entropy
-        self.n, self.temperature = run["rollout"]["n"], run["rollout"].get("temperature") or 1.0
-        self.group = self.n if t.share_prompt else 1
-
-    def logprobs(self, name: str, entropy: str | None):
-        from pacs.tensors.batch import token_logprobs
-
-        return token_logprobs(self.models[name], self.micro, self.temperature, entropy, self.n)[0]
-
-    @torch.no_grad()
-    def scored(self) -> None:
-        """Old log-probs, with the entropy for logging: the pass's largest forward (module docstring)."""
-        self.logprobs("policy", "no_grad")
-
-    def updated(self) -> None:
-        """The actor's update: a micro-batch's forward and backward onto the gradients of the micro-batches before
-        it (as from a mini-batch's second one on), the gradients freed after (module docstring)."""
-        for p in self.models["policy"].parameters():
-            p.grad = torch.zeros_like(p)
-        self.logprobs("policy", self.entropy).sum().backward()
-        self.optimizers["policy"].zero_grad(set_to_none=True)
 
 
 def trace_worker(world: int, jobs: list[dict]) -> list[dict]:

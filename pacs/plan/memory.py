@@ -11,26 +11,31 @@ step's order), and the job's peak is the largest:
 - **no_grad**: old log-probs, reference log-probs and values: the trainer's state as in generate, FSDP2's
   gathered root and two layers (compute dtype, no gradients), one micro-batch through a forward without
   autograd (``forward_bytes``) and its logits. vLLM sleeps (``rollout.vllm.sleep_level`` 1: its weights
-  backed up in host memory; 2: dropped; either way nothing of its pool stays on the GPU: weights, KV cache and
-  CUDA graphs are all in it) or keeps its share of the card (0).
-- **update**: each trained model's parameters, gradients and AdamW moments in ``model.dtype`` (1/world of
-  each under fsdp; ddp adds its gradient buckets, a second copy of the gradients), a reference model's
-  parameters, FSDP2's unsharded working set (the root module and two decoder layers, gathered in the compute
-  dtype, with their gradients and, below fp32, the fp32 copy reduce-scatter takes), one micro-batch's
-  activations and the LM head's logits (a chunk, or the whole micro-batch). vLLM sleeps or keeps its share
-  as in no_grad.
+  backed up in host memory; 2: dropped; its weights and KV cache leave the GPU, its CUDA graphs stay: vLLM 0.32
+  keeps them outside its pool, ``vllm graphs``, none with ``enforce_eager``) or keeps its share of the card (0).
+- **update**: each trained model's parameters and AdamW moments and the larger model's gradients (the critic's are
+  freed before the actor's update) in ``model.dtype`` (1/world of each under fsdp; ddp adds its gradient buckets,
+  a second copy of the gradients), a reference model's parameters, FSDP2's unsharded working set (the root module
+  and two decoder layers gathered in the compute dtype; in backward the root's and a layer's gradients and, below
+  fp32, the fp32 copy reduce-scatter takes), one micro-batch's activations at the peak of its backward, and
+  ``backward``: the larger of the LM head's transients (a chunk's logits, the head's fp32 gradient) and a
+  decoder layer's (``backward_bytes``). vLLM sleeps or keeps its share as in no_grad.
 
-Each phase on a GPU adds ``overhead_bytes`` (the CUDA context, NCCL's buffers, fragmentation): what the
-preflight's device figure counts and torch's does not. On a CPU (0 GPUs) vLLM and the process's own libraries
-are not counted.
+Each phase on a GPU adds ``overhead_bytes`` (the CUDA context, NCCL's buffers): what the preflight's device
+figure counts and torch's does not; a job fits within the card less the calibration's headroom
+(``pacs.plan.fit.usable_bytes``). On a CPU (0 GPUs) vLLM and the process's own libraries are not counted.
+Held, for every paper job, to pacs's own step traced on fake tensors (``pacs.bench.traced``,
+tests/test_memory_trace.py).
 
 Activations per token of one decoder layer (Qwen2 and Qwen3, SDPA attention) are the tensors autograd saves, counted
 from transformers' implementation and checked against ``torch.autograd.graph.saved_tensors_hooks``
 (tests/test_plan.py): in the compute dtype (b bytes) the two RMSNorm outputs and their normalized inputs
 (4h), the rotated queries and the attention output (2·q), keys and values (2·kv), and the MLP's gate, up,
 activation and product (4·i); in fp32 the two RMSNorm inputs (2h), the attention's log-sum-exp (one per
-head) and the two reciprocal norms. With activation checkpointing each layer keeps only its input (b·h)
-and one layer's activations are alive again in backward. Qwen3's RMSNorm over each query and key head adds
+head) and the two reciprocal norms; with Liger's kernels each RMSNorm keeps its input and a reciprocal norm, and
+SwiGLU its gate and up projections (3·i). With activation checkpointing of the first K layers each keeps only its
+input (b·h), and backward frees the other layers' activations before it recomputes the first K (every layer
+recomputing: one layer's alive again). Qwen3's RMSNorm over each query and key head adds
 their fp32 inputs and normalized inputs (q + kv, in fp32 and in b bytes) and one reciprocal norm per head.
 """
 

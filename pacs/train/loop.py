@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
 from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
-from pacs.ranks.memory import peak_memory, phase, rank_peaks
+from pacs.ranks.memory import peak_memory, phase
 from pacs.runs import checkpoint as ckpt
 from pacs.runs import retention
 from pacs.runs.directory import check_run_dir, truncate_metrics
@@ -161,9 +161,8 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
 def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
     """The preflight's last measurement (``pacs train --worst-case``): a step's no-grad pass and update, without
     its sampling, of the largest micro-batches the token budget packs (``pacs.train.update.worst``: random tokens,
-    every prompt at its longest), counted in the step's memory phases. Returns the budget, the positions of the
-    largest micro-batch on any rank and every rank's peaks before it (the steps')."""
-    before = rank_peaks(env)
+    every prompt at its longest), counted in the step's memory phases. Returns the budget and the positions of the
+    largest micro-batch on any rank."""
     t, n, layout = config.trainer, config.rollout.n, pack_group(config)
     objective, options = get_objective(config.algorithm.name), objective_config(config)
     lengths = worst_lengths(t.max_tokens_per_micro_batch, config.data.max_prompt_length,
@@ -182,7 +181,7 @@ def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
     with phase("update", engine):
         update_models(batch, probe, models, env, entropy)
     largest = largest_micro_batch(batch, n, t.max_tokens_per_micro_batch, layout)
-    return {"budget": t.max_tokens_per_micro_batch, "groups": lengths, "peaks_before": before,
+    return {"budget": t.max_tokens_per_micro_batch, "groups": lengths,
             "largest_micro_batch": int(all_reduce(torch.tensor(largest), env, "max"))}  # fmt: skip
 
 
