@@ -48,12 +48,25 @@ def test_the_end_time_comes_from_slurm_and_decides_the_stop(tmp_path):
     assert segment.must_stop() == ""  # 1.5 × (10 s + 10 s for a checkpoint not yet measured) < 100 s
     segment.took(1, checkpoint_s=60.0)
     assert segment.must_stop() == "time limit"  # 1.5 × (10 + 60) s > 100 s
+    assert segment.need_s == pytest.approx(1.5 * (10 + 60 + 60))  # the teardown not yet measured: as a checkpoint
     with Segment(tmp_path, DistEnv(), 1.5, JobOptions(), {}) as unlimited:
         unlimited.begin(1)
         unlimited.took(2, step_s=1e9)
         assert unlimited.must_stop() == ""
         unlimited._on_signal(10, None)  # SIGUSR1, as sbatch --signal=USR1@600 sends it
         assert unlimited.must_stop() == "signal SIGUSR1"
+    # PACS_STEP_DELAY_S: each step that much longer, slept and measured (how a test slows a step by a setting)
+    slow = Segment(tmp_path, DistEnv(), 1.5, JobOptions(), {**soon, "PACS_STEP_DELAY_S": "0.2"})
+    slow.begin(0)
+    began = time.monotonic()
+    slow.took(1, step_s=30.0)
+    assert time.monotonic() - began >= 0.2 and slow.step_s == pytest.approx(30.2)
+    assert slow.must_stop() == "time limit"  # 1.5 × (30.2 + 30.2) s > 100 s
+    slow.took(1, checkpoint_s=5.0)  # a checkpoint's time is not made longer
+    assert slow.checkpoint_s == 5.0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(ValueError, match=f"PACS_STEP_DELAY_S='{bad}'"):
+            Segment(tmp_path, DistEnv(), 1.5, JobOptions(), {"PACS_STEP_DELAY_S": bad})
 
 
 def test_the_teardown_after_a_stop_is_recorded_and_kept_free_before_a_next_step(tmp_path):

@@ -11,7 +11,8 @@
   a checkpoint of that step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again
   resumes it.
 - **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the
-  workflow's attempt), a ``signal`` when one arrives, and a ``stop`` (time, step, reason, the measured seconds)
+  workflow's attempt, torch's intra-op threads), a ``signal`` when one arrives, and a ``stop`` (time, step, reason,
+  the measured seconds and ``need_s``, the seconds the last check kept free)
   or a ``failed``; the launcher, once the job's processes ended, an ``exit`` after a ``stop``: the teardown's
   seconds from the stop (the pools, the engine, wandb's finish, the processes' exit; up to the signal where the
   limit's SIGTERM cut it short). The workflow resubmits a stopped job (Snakemake's retries: a fresh submission
@@ -21,6 +22,9 @@
   limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
   the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
   to stop, so that the workflow's check stays light.)
+- **A slow step, by a setting.** ``PACS_STEP_DELAY_S=SECONDS`` in a job's environment makes each of its steps
+  that much longer (a sleep after the step, measured with it), so that a stop is decided by time under SLURM's
+  shortest limit whatever the machine's speed (tests/test_workflow.py); it changes no result.
 """
 
 import json
@@ -35,6 +39,7 @@ from pathlib import Path
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early with a checkpoint; the same command continues the run
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop at the next step, saved (exit 75)
 REREAD_S = 600.0
+STEP_DELAY = "PACS_STEP_DELAY_S"  # seconds added to every step (a test's slow step)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,18 @@ def slurm_end_time(environ=os.environ) -> float | None:
         return datetime.fromisoformat(text).timestamp()  # local time, as squeue prints it
     except ValueError:  # "N/A", "Unknown" (no limit), or no answer
         return None
+
+
+def step_delay(environ=os.environ) -> float:
+    """``PACS_STEP_DELAY_S``: seconds each step is made longer (0 when unset)."""
+    text = environ.get(STEP_DELAY, "")
+    try:
+        delay = float(text or 0)
+    except ValueError:
+        delay = -1.0
+    if not 0 <= delay < float("inf"):
+        raise ValueError(f"{STEP_DELAY}={text!r}: seconds a step is made longer, a number >= 0")
+    return delay
 
 
 def read_segments(out: Path) -> list[dict]:
@@ -108,6 +125,8 @@ class Segment:
         self.checkpoint_s = max((m[1] for m in measured), default=0.0)
         self.teardown_s = max((h["teardown_s"] for h in history if h["event"] == "exit"), default=0.0)
         self.read_at, self.end, self.step = -REREAD_S, None, 0
+        self.delay_s = step_delay(environ)
+        self.need_s = 0.0  # the seconds the last check kept free before the end time
         self._handlers: dict = {}
 
     def _record(self, event: str, **fields) -> None:
@@ -124,11 +143,14 @@ class Segment:
 
     def begin(self, step: int, sizes: dict | None = None) -> None:
         """The job's start at ``step``, with the sizes it resolved for its devices (``pacs.train.update.sizes``)."""
+        import torch
+
         self._refresh()
         self.step = step
+        # the intra-op threads: a job resumed at another count computes other sums (README, "bitwise")
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
                      end_time=self.end, cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-                     **({"sizes": sizes} if sizes else {}))  # fmt: skip
+                     threads=torch.get_num_threads(), **({"sizes": sizes} if sizes else {}))  # fmt: skip
 
     def __enter__(self):
         self._handlers = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
@@ -146,8 +168,12 @@ class Segment:
             self.end, self.read_at = slurm_end_time(self.environ), time.monotonic()
 
     def took(self, step: int, step_s: float = 0.0, checkpoint_s: float = 0.0) -> None:
-        """Step ``step`` is done (and saved, with ``checkpoint_s``), having taken ``step_s`` seconds."""
+        """Step ``step`` is done (and saved, with ``checkpoint_s``), having taken ``step_s`` seconds (and
+        ``PACS_STEP_DELAY_S`` more, slept here)."""
         self.step = step
+        if step_s and self.delay_s:
+            time.sleep(self.delay_s)
+            step_s += self.delay_s
         self.step_s, self.checkpoint_s = max(self.step_s, step_s), max(self.checkpoint_s, checkpoint_s)
 
     def must_stop(self) -> str:
@@ -158,8 +184,8 @@ class Segment:
 
         self._refresh()
         checkpoint = self.checkpoint_s or self.step_s  # not yet measured: as long as a step
-        need = self.margin * (self.step_s + checkpoint + (self.teardown_s or checkpoint))
-        short = self.end is not None and time.time() + need > self.end
+        self.need_s = self.margin * (self.step_s + checkpoint + (self.teardown_s or checkpoint))
+        short = self.end is not None and time.time() + self.need_s > self.end
         votes = torch.tensor([float(bool(self.signalled)), float(short)])
         signalled, short = all_reduce(votes, self.env, "max").tolist()
         if signalled:
@@ -172,7 +198,8 @@ class Segment:
         from pacs.ranks.memory import rank_peaks
 
         self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
-                     peak_gb=rank_peaks(self.env), **({"worst_case": worst} if worst else {}))  # fmt: skip
+                     need_s=self.need_s, peak_gb=rank_peaks(self.env),
+                     **({"worst_case": worst} if worst else {}))  # fmt: skip
 
 
 def job_ended(out: Path, began: int, code: int | None, signalled: str = "") -> None:
