@@ -84,21 +84,22 @@ SHORT = {"train": {"trainer": {"total_steps": 10}, "checkpoint": {"save_every": 
          "eval": {"checkpoints": [5, "last"]}}  # fmt: skip
 
 
-# checkpoint.stop_margin: a job stops once margin × (a step + a checkpoint) would pass its end time; a toy step
-# takes more than a millisecond, so a million of them outlast the job's limit from the first step on
-STOP_AFTER_A_STEP = 1e6
-SEGMENTS = 3  # the SLURM run's steps, one job each
+# The SLURM run's training is decided by time: jobs of LIMIT_MIN minutes (SLURM's limits are whole minutes), each
+# step made STEP_DELAY_S longer (PACS_STEP_DELAY_S, pacs.runs.segments) so that the steps, not the machine, take the
+# time; a job stops once 1.5 × (a step + a checkpoint + a teardown) would pass its end time. A job that starts up
+# within 20 s trains at most 6 such steps (20 + 6 × 20 + 1.5 × 20 > 180): SEGMENTED_STEPS take two jobs or more on
+# any machine, and a job starting up within 90 s trains two steps or more before its stop.
+LIMIT_MIN, STEP_DELAY_S, SEGMENTED_STEPS = 3, 20, 7
 
 
 def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     """What the SLURM run adds is the SLURM path, not the computations (the local tiny run does all of
-    those): one method trained for 3 steps on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with
-    transformers rollouts, each rank generating from the gathered policy), evaluated with the base model on the toy task
+    those): one method trained on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with transformers
+    rollouts, each rank generating from the gathered policy), evaluated with the base model on the toy task
     and one real benchmark, from the tiny model the other tests share (building it is a job like the
-    others), and the reports. The training runs in segments: a limit of 15 minutes a job (the least that the
-    plan's start-up of 10 minutes a GPU job allows), with a stop margin so large (``STOP_AFTER_A_STEP``) that
-    every job stops after its first step, so that the run of 3 steps takes 3 jobs whatever the machine's speed
-    (the preflight's run, stop margin 1, trains its steps to the end)."""
+    others), and the reports. The training runs in segments under a limit of LIMIT_MIN minutes a job (and its
+    preflight within it): the plan's start-up for a job, 10 minutes by default, is the calibration's
+    ``startup_s``, here 60 s, until the preflight measures it."""
     config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
     config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
     del config["models"]["tiny"]["build"]
@@ -106,10 +107,12 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config["released"], config["diversity"] = {}, {}  # evaluate-only models and diversity: the local run's
     config["data"]["benchmarks"] = {b: config["data"]["benchmarks"][b] for b in ("toy_heldout", "math500")}
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
+    calibration = workdir / "calibration.json"
+    calibration.write_text(json.dumps({"startup_s": 60.0, "source": "tests/test_workflow.py: a CPU job's start-up"}))
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
-                             "resources": {"train": {"gpu": 2, "max_runtime": 15}},
-                             "train": {"trainer": {"total_steps": SEGMENTS, "strategy": "fsdp"},
-                                       "checkpoint": {"stop_margin": STOP_AFTER_A_STEP}},
+                             "resources": {"train": {"gpu": 2, "max_runtime": LIMIT_MIN}},
+                             "plan": {"calibration": str(calibration)},
+                             "train": {"trainer": {"total_steps": SEGMENTED_STEPS, "strategy": "fsdp"}},
                              "eval": {"checkpoints": ["last"]}})  # fmt: skip
     return overlay(workdir / "slurm.yaml", config)
 
@@ -174,6 +177,11 @@ def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> l
     return jobs
 
 
+# the local run's jobs that start as a user's, through the `pacs` console script (the others are forked warm): GRPO's
+# training and its evaluation at step 5
+COLD_JOBS = r"--config \S*/run_tiny_grpo\.yaml|--suite \S*/grpo/step_000005\.yaml"
+
+
 @pytest.fixture(scope="module")
 def warm():
     """The local run's `pacs` (``warm_pacs``): each job forked from one process that has imported torch,
@@ -194,7 +202,8 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
     real_overlay(workdir)
     overlay(workdir / "local.yaml", merged(SHORT, {"data": {"source": "local", "local_dir": str(shared_data)}}))
     command = snakemake_command(workdir, "--cores", "2", "--configfile", *configfiles(workdir))
-    env = {**warm.environ(), "PATH": f"{warm.bin}{os.pathsep}{venv_env()['PATH']}"}
+    env = {**warm.environ(), "PATH": f"{warm.bin}{os.pathsep}{venv_env()['PATH']}",
+           warm_pacs.COLD: COLD_JOBS, warm_pacs.COLD_LOG: str(workdir.parent / "cold_jobs.txt")}  # fmt: skip
     started["local"] = (workdir, Started(command, workdir.parent / "workflow_local", env, 3600))
     if not cluster:
         # `snakemake --profile slurm` as the README sets it up: the bare name resolves through
@@ -204,7 +213,8 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
         (root / "xdg" / "snakemake" / "slurm").symlink_to(REPO / "workflow" / "profiles" / "slurm")
         (root / "run").mkdir()
         config = slurm_config(root / "run", shared_data, tiny_model)
-        env = venv_env(XDG_CONFIG_HOME=str(root / "xdg"), SBATCH_PARTITION="debug")
+        env = venv_env(XDG_CONFIG_HOME=str(root / "xdg"), SBATCH_PARTITION="debug",
+                       PACS_STEP_DELAY_S=str(STEP_DELAY_S))  # fmt: skip
         # the run's config, as the workflow writes it when it reads its config (a dry run here), trained beside it
         # in one uninterrupted job: the reference of the segmented run's weights (once the SLURM run's data job
         # has written the data)
@@ -265,6 +275,12 @@ def test_a_warm_pacs_is_the_pacs_command(warm, tmp_path):
 @pytest.mark.slow
 def test_tiny_experiment_end_to_end(tiny_run):
     results = tiny_run / "results" / "tiny"
+    # a training and an evaluation job started through the `pacs` console script, as a user's (COLD_JOBS), to their
+    # end: the workflow finished (tiny_run), with GRPO's checkpoint and its step-5 evaluation among its outputs
+    cold = (tiny_run.parent / "cold_jobs.txt").read_text().splitlines()
+    assert sorted(line.split()[0] for line in cold) == ["evaluate", "train"], cold
+    assert (results / "runs/tiny/grpo/checkpoints/step_000010/model.safetensors").is_file()
+    assert list((results / "eval/tiny/grpo/step_000005").glob("*/metrics.json"))
     table = pd.read_csv(results / "report" / "pass_at_k.csv")
     # the numbers come from this run's evaluations
     for e in json.loads((results / "report" / "manifest.json").read_text())["evaluations"]:
@@ -475,6 +491,12 @@ def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
             {"methods": {"grpo": {"train": {"optim": {"lr": 5.0e-5}}}}},
             {"train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
         ),  # fmt: skip
+        # one run's length: likewise, and not its preflight either, which trains its own steps (its key leaves out
+        # total_steps; a longer run needs no new preflight)
+        (
+            {"methods": {"grpo": {"train": {"trainer": {"total_steps": 12}}}}},
+            {"train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
+        ),  # fmt: skip
         # the evaluation N of one benchmark: every evaluation job that runs it (base + 6 runs × 2 checkpoints + the
         # released model; pacs evaluate --suite samples that benchmark only), the diversity measured on it, the reports
         ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 14, "measure_diversity": 1}),
@@ -496,10 +518,11 @@ def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, chan
 def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slurm_cluster, experiments):
     """`snakemake --profile slurm all` as the README sets it up (``experiments``, beside the local run), on a
     slice of the tiny experiment (``slurm_config``). Training jobs ask for 2 (fake) GPUs: SLURM schedules
-    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU). The training takes 3 jobs
-    (``slurm_config``): each reads its end time from SLURM and stops in time with a checkpoint, Snakemake
-    submits the next, and unattended the run ends bitwise where the same run does in one uninterrupted job
-    (trained meanwhile, beside it). When a step's time, measured, is weighed against the end time:
+    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU). The training takes two jobs or
+    more of LIMIT_MIN minutes, its steps slowed by a setting: each job reads its end time from SLURM, measures its
+    steps, and stops when the next step, its checkpoint and the teardown would pass that time, after more than one
+    step; Snakemake submits the next, and unattended the run ends bitwise where the same run does in one
+    uninterrupted job (trained meanwhile, beside it, at full speed). A stop weighed on given times:
     tests/test_segments.py."""
     workdir, local, run = experiments["slurm"]
     done = run.result()
@@ -516,14 +539,21 @@ def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slu
     segments = read_segments(run_dir)
     starts = [s for s in segments if s["event"] == "start"]
     stops = [s for s in segments if s["event"] == "stop"]
-    assert len(starts) == SEGMENTS and len({s["slurm_job"] for s in starts}) == len(starts), segments
+    assert len(starts) >= 2 and len({s["slurm_job"] for s in starts}) == len(starts), segments
     assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
     assert all(s["end_time"] for s in starts)  # read from SLURM
     assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
+    assert stops[0]["step"] - starts[0]["step"] >= 2, segments  # a stop by time, not after a first step by design
     for stop, start in zip(stops, starts[1:], strict=False):
         assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
-        assert stop["time"] < stop_end(starts, stop)  # stopped before SLURM's end time, not killed at it
-    last = f"checkpoints/step_{SEGMENTS:06d}/model.safetensors"
+        end = stop_end(starts, stop)
+        # inside the margin: the next step, its checkpoint and the teardown, as measured so far (need_s: 1.5 × their
+        # sum), would pass the end time; and the job ended before it (not killed at it)
+        assert stop["step_s"] >= STEP_DELAY_S and stop["need_s"] >= 1.5 * stop["step_s"], stop
+        assert stop["time"] < end < stop["time"] + stop["need_s"], (stop, end)
+        ended = next(h for h in segments if h["event"] == "exit" and h["time"] > stop["time"])
+        assert ended["code"] == EXIT_STOPPED and ended["time"] < end, (ended, end)
+    last = f"checkpoints/step_{SEGMENTED_STEPS:06d}/model.safetensors"
     ours, theirs = load_file(run_dir / last), load_file(reference / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     said = (run_dir / "logs" / "jobs.log").read_text().count("stopped early (time limit)")

@@ -13,7 +13,9 @@ an interpreter that imports them again (about 4 CPU seconds a process here). ``s
 - The watcher tells the client the job's pid, then its exit status; it kills the job (SIGKILL) if the client
   goes first (killed, or its process group ended by ``timeout``).
 - The client passes SIGTERM, SIGINT, SIGHUP and SIGUSR1 on to the job, and exits as the job did (its code, or
-  the same signal). Where the server cannot be reached it runs the real `pacs` instead.
+  the same signal). Where the server cannot be reached it runs the real `pacs` instead, and so it does for a
+  command whose arguments match the regular expression ``WARM_PACS_COLD`` (a test's jobs that must start as a
+  user's do), writing their arguments to the file ``WARM_PACS_COLD_LOG`` first.
 """
 
 import gc
@@ -28,6 +30,7 @@ from pathlib import Path
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 PATCH = "WARM_PACS_PATCH"  # code the job runs before `pacs` (a test's fault), taken out of its environment
+COLD, COLD_LOG = "WARM_PACS_COLD", "WARM_PACS_COLD_LOG"  # commands run by the real `pacs`, and where they are listed
 _shared: "Server | None" = None
 
 CLIENT = """#!{python} -S
@@ -95,6 +98,12 @@ def shared() -> Server:
 
 
 def client(socket_path: str, real_pacs: str) -> None:
+    import re
+
+    if os.environ.get(COLD) and re.search(os.environ[COLD], " ".join(sys.argv[1:])):
+        with open(os.environ[COLD_LOG], "a") as log:
+            log.write(" ".join(sys.argv[1:]) + "\n")
+        os.execv(real_pacs, [real_pacs, *sys.argv[1:]])
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(socket_path)
