@@ -143,12 +143,24 @@ def warm_ranks(argv: list[str], ranks: int, log: Path, patch: str = "", timeout_
     return [p.returncode for p in processes]
 
 
-def pacs_warm(argv: list[str], patch: str = "", timeout_s: float = 900) -> subprocess.CompletedProcess:
+PACS = str(Path(sys.executable).parent / "pacs")  # the console script pip installs beside this interpreter
+
+
+def pacs_warm(argv: list[str], patch: str = "", timeout_s: float = 900,
+              threads: int = 1) -> subprocess.CompletedProcess:  # fmt: skip
     """``pacs ARGV`` forked by the warm server (``warm_pacs``), ``patch`` run first, for a run whose start is not
-    what is tested: as ``subprocess.run`` of the `pacs` command gives it. At one thread (OMP_NUM_THREADS=1),
-    which a process it is compared with bitwise must run at."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", warm_pacs.PATCH: patch}
+    what is tested: as ``subprocess.run`` of the `pacs` command gives it. At ``threads`` intra-op threads
+    (OMP_NUM_THREADS), which a process it is compared with bitwise must run at."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), warm_pacs.PATCH: patch}
     return subprocess.run([warm_pacs.shared().pacs, *argv], env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def pacs_fresh(argv: list[str], timeout_s: float = 900, threads: int = 1) -> subprocess.CompletedProcess:
+    """``pacs ARGV`` as a user starts it: the venv's `pacs` console script in a process of its own (its imports,
+    the environment read as it starts, the verifier's forkserver importing the script again), at ``threads``
+    intra-op threads. A test's bitwise partner of a warm run, so that the comparison crosses the two."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    return subprocess.run([PACS, *argv], env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def leave_group() -> None:

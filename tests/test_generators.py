@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import descendants, run_until_killed, warm_ranks
+from helpers import PACS, descendants, run_until_killed, warm_ranks
 from test_train_loop import assert_bitwise_equal, final_weights, read_metrics, rewards
 from transformers import AutoModelForCausalLM
 
@@ -161,13 +161,14 @@ def test_a_killed_job_and_a_generator_killed_alone_resume_bitwise(beside, tmp_pa
 def test_two_steps_off_stopped_by_the_segment_signal_resumes_bitwise(tiny_model, toy_data, tmp_path):
     """Staleness 2 beside a generator: SLURM's warning signal (SIGUSR1, to every process of the job) stops the
     trainers after the step, saved with its two batches in flight, while the generator samples on; the job
-    exits as stopped, and the next attempt ends bitwise where a run never stopped does."""
+    exits as stopped, and the next attempt ends bitwise where a run never stopped does. The stopped run and its
+    next attempt start as a user's (the `pacs` command, torchrun, the ranks' fresh processes); the run never
+    stopped is forked warm: the comparison crosses the two."""
     config = beside_config(tmp_path / "run.yaml", tiny_model, toy_data, rollout={"staleness": 2})
     whole, out = tmp_path / "whole", tmp_path / "stopped"
     assert train(config, whole)[0] == [0, 0]
     assert [r["rollout/weights_step"] for r in read_metrics(whole / "metrics.jsonl")[1:]] == [0, 0, 0, 1]
-    command = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out),
-               "--nproc-per-node", "2"]  # fmt: skip
+    command = [PACS, "train", "--config", str(config), "--out", str(out), "--nproc-per-node", "2"]  # as a user's
     process = subprocess.Popen(command, env=environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = out / "metrics.jsonl"
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):

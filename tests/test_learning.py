@@ -48,7 +48,7 @@ def test_rl_raises_heldout_accuracy(run, engine, tiny_model, toy_data, tmp_path,
         yaml.safe_dump(bench_config(VARIANTS[run], tiny_model, toy_data, steps=40, seed=0, engine=engine))
     )
     out = tmp_path / run
-    result = pacs_warm(["train", "--config", str(config), "--out", str(out)])  # at one thread, as in CI
+    result = pacs_warm(["train", "--config", str(config), "--out", str(out)], threads=2)  # as `pacs train` on 2 cores
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_metrics(out)
     accuracy = {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}

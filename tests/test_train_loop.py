@@ -1,4 +1,6 @@
-"""The training loop end to end on the tiny model: files, metrics, checkpoints, exact resume."""
+"""The training loop end to end on the tiny model: files, metrics, checkpoints, exact resume. The runs a resume is
+compared with bitwise run at THREADS intra-op threads, as `pacs train` runs on a two-core machine by default
+(torch's one thread per core): determinism is checked at the thread count users run."""
 
 import json
 import os
@@ -12,7 +14,7 @@ import time
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import pacs_warm, read_wandb_run, run_until_killed, start_paused, wandb_runs
+from helpers import pacs_fresh, pacs_warm, read_wandb_run, run_until_killed, start_paused, wandb_runs
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -34,12 +36,15 @@ STEP_KEYS = {
 }  # fmt: skip
 
 
+THREADS = 2
+
+
 def run_cli(config, out, *args, kill_after_step: int | None = None) -> subprocess.CompletedProcess | None:
     """`pacs train` forked by the warm server (``helpers.pacs_warm``); or, to be SIGKILLed once metrics.jsonl
-    shows ``kill_after_step``, `pacs train` in a subprocess of its own, at the warm runs' one thread."""
+    shows ``kill_after_step``, `pacs train` in a subprocess of its own; at THREADS threads."""
     if kill_after_step is None:
-        return pacs_warm(["train", "--config", str(config), "--out", str(out), *args])
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return pacs_warm(["train", "--config", str(config), "--out", str(out), *args], threads=THREADS)
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS)}
     cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out), *args]
     metrics = out / "metrics.jsonl"
     run_until_killed(
@@ -114,11 +119,14 @@ def test_a_run_writes_metrics_config_and_loadable_checkpoints(uninterrupted, con
 
 
 def test_killed_run_resumes_bitwise(uninterrupted, config, tmp_path):
+    """Killed, then resumed as a user resumes it (the `pacs` command in a fresh process, ``helpers.pacs_fresh``):
+    the end of the warm uninterrupted run, bit for bit, at two threads."""
     out = tmp_path / "killed"
     run_cli(config, out, kill_after_step=3)
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] in (2, 4)
-    result = run_cli(config, out)
+    result = pacs_fresh(["train", "--config", str(config), "--out", str(out)], threads=THREADS)
     assert result.returncode == 0, result.stderr
+    assert [s["threads"] for s in read_segments(out) if s["event"] == "start"] == [THREADS, THREADS]
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
     assert rewards(out) == rewards(uninterrupted)  # steps redone after the kill are logged once, identically
 
@@ -133,12 +141,17 @@ def test_crash_while_writing_a_checkpoint_resumes_bitwise(uninterrupted, config,
             raise KeyboardInterrupt("killed while writing the checkpoint")
 
     monkeypatch.setattr(ckpt, "save_resume_state", crash_at_step_4)
-    with pytest.raises(KeyboardInterrupt):
-        train(load_run_config(config), out)
-    assert (out / "checkpoints" / ".step_000004.tmp" / "resume").is_dir()  # written, never published
-    assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
-    monkeypatch.setattr(ckpt, "save_resume_state", write)
-    assert train(load_run_config(config), out)["start_step"] == 2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)  # in this process, as the uninterrupted run
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(load_run_config(config), out)
+        assert (out / "checkpoints" / ".step_000004.tmp" / "resume").is_dir()  # written, never published
+        assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
+        monkeypatch.setattr(ckpt, "save_resume_state", write)
+        assert train(load_run_config(config), out)["start_step"] == 2
+    finally:
+        torch.set_num_threads(threads)
     assert not (out / "checkpoints" / ".step_000004.tmp").exists()
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
 
@@ -256,7 +269,8 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     continues and ends where an uninterrupted run does."""
     out, metrics = tmp_path / "stopped", tmp_path / "stopped" / "metrics.jsonl"
     cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out)]
-    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)}, stdout=subprocess.PIPE,
+                               text=True)  # fmt: skip
     while not (metrics.exists() and any(r["step"] >= 1 for r in read_metrics(metrics))):
         assert process.poll() is None, "the run ended before its first step was logged"
         time.sleep(0.2)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_run_config
-from helpers import pacs_warm, run_until_killed
+from helpers import pacs_fresh, pacs_warm, run_until_killed
 from safetensors.torch import load_file
 
 from pacs.ranks.distributed import DistEnv
@@ -71,13 +71,14 @@ def vllm_config(vllm_installed, tiny_model, toy_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def resumed_run(vllm_config, tmp_path_factory):
-    """Killed once step 3 is logged (the newest checkpoint is step 2), then run again to the end."""
+    """Killed once step 3 is logged (the newest checkpoint is step 2), then run again to the end as a user runs it
+    (the `pacs` command in a fresh process, ``helpers.pacs_fresh``), to be compared with the warm whole run."""
     out = tmp_path_factory.mktemp("vllm_runs") / "resumed"
     metrics = out / "metrics.jsonl"
     run_until_killed(train_command(vllm_config, out), env(),
                      lambda: metrics.exists() and any(r["step"] >= 3 for r in read_metrics(out)))  # fmt: skip
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == 2
-    done = train(vllm_config, out)
+    done = pacs_fresh(["train", "--config", str(vllm_config), "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
