@@ -312,10 +312,19 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     its row, and the loss it trains on finite); the peak memory the allocator reserved is a GPU's figure ('-' on
     CPU); every MFU is said to be one rank's, without collectives. A part past its time limit, counted from its
     model's build, or past the build's own limit is recorded as such; an unknown shape fails before any part runs;
-    without CUDA and without --allow-cpu it refuses."""
+    without CUDA and without --allow-cpu it refuses. A bench stopped in a part (killed, its sitting's limit) leaves
+    the file as written after the part before: read here as the second part begins, it holds the first part's
+    MFU and is a calibration the plan reads."""
+    import pacs.bench.gpu
     from pacs.bench.gpu import ONE_RANK, update_part, update_run
 
-    out = tmp_path / "gpu.json"
+    out, stopped = tmp_path / "gpu.json", tmp_path / "stopped.json"
+
+    def reading_the_file_first(*args, **kwargs):  # the file a bench stopped in this part would leave
+        if out.exists() and not stopped.exists():
+            stopped.write_text(out.read_text())
+        return update_part(*args, **kwargs)
+
     args = ["bench", "gpu", "--shapes", "tiny", "--slice", "qwen2.5-0.5b", "--set", "num_hidden_layers=2",
             "vocab_size=512", "intermediate_size=256", "num_attention_heads=2", "num_key_value_heads=1", "--rows",
             "4", "--group-size", "2", "--prompt-length", "16", "--response-length", "48", "--steps", "2",
@@ -324,7 +333,9 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
         assert main(args) == 2 and "CUDA" in capsys.readouterr().err and not out.exists()
     assert main([*args[:2], "--shapes", "qwen9-nope", *args[3:], "--allow-cpu"]) == 2
     assert "qwen9-nope" in capsys.readouterr().err and not out.exists()
-    assert main([*args, "--allow-cpu"]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pacs.bench.gpu, "update_part", reading_the_file_first)
+        assert main([*args, "--allow-cpu"]) == 0
     said = capsys.readouterr().out
     assert re.search(r"3 parts, each under 70 s once its model is built \(under 300 s\): updates of tiny, "
                      r"qwen2.5-0.5b \(2 layers\), no liger", said), said  # fmt: skip
@@ -343,7 +354,11 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
         assert all(math.isfinite(x) and x > 0 for x in [*u["losses"], *u["grad_norms"]])
         assert u["ranks"][0]["peak_reserved_bytes"] is None and u["ranks"][0]["peak_bytes"] > 0
     assert data["train_mfu_by_width"] == {"128": updates[0]["mfu"], "896": updates[1]["mfu"]}
-    assert data["train_mfu"] == updates[0]["mfu"] and data["hbm_bytes_per_s"] > 0
+    assert 0 < data["train_mfu"] == updates[0]["mfu"] and data["hbm_bytes_per_s"] > 0
+    partial = json.loads(stopped.read_text())
+    assert [u["shape"] for u in partial["measured"]["updates"]] == ["tiny"]
+    assert 0 < partial["train_mfu"] == partial["train_mfu_by_width"]["128"] == updates[0]["mfu"]
+    assert experiment.plan(tiny_config(plan={"calibration": str(stopped)})).calibration.train_mfu == updates[0]["mfu"]
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
     table = out.with_suffix(".md").read_text()
     assert "| qwen2.5-0.5b | 2 | no liger |" in table and ONE_RANK in data["source"] and f"MFU of {ONE_RANK}." in table
