@@ -2,12 +2,13 @@
 
 `pip install torch==2.13.0 && pip install -e ".[gpu,slurm]"` (README, "Run it", the cluster's commands), as pip's
 resolver only: the package's dependencies and those extras, read from pyproject.toml, go to `pip install --dry-run
---ignore-installed` with this interpreter on this Linux x86-64 machine. Nothing is built or installed beyond
-the metadata of the few source-only dependencies; pip fetches wheels only to read their metadata where the
-index offers no separate metadata file. It needs PyPI. It exits 1, with pip's last lines, when pip finds no
-resolution or takes longer than the time limit (backtracking through old releases, which the bounds in
-pyproject.toml prevent); otherwise it prints the seconds, the main versions chosen and any package pip
-backtracked on.
+--ignore-installed` with the pip of ``--python`` (default: this interpreter; tests/test_install.py gives a new venv
+of the oldest Python pyproject.toml allows, with the pip that venv brings) on this Linux x86-64 machine. Nothing
+is built or installed beyond the metadata of the few source-only dependencies; pip fetches wheels only to read
+their metadata where the index offers no separate metadata file. It needs PyPI. It exits 1, with pip's last
+lines, when pip finds no resolution or takes longer than the time limit (backtracking through old releases,
+which the bounds in pyproject.toml prevent); otherwise it prints the seconds, the main versions chosen and any
+package pip backtracked on.
 """
 
 import argparse
@@ -34,13 +35,14 @@ def requirement_lines(pyproject: Path, extras: tuple[str, ...]) -> list[str]:
     return list(project["dependencies"]) + extra_lines
 
 
-def resolve(lines: list[str], timeout_s: float) -> tuple[dict[str, str] | None, float, str]:
-    """pip's resolution of `lines` for this interpreter and machine: ({name: version} or None, seconds, pip's
-    output)."""
+def resolve(lines: list[str], timeout_s: float, python: str = sys.executable) -> tuple[dict[str, str] | None, float,
+                                                                                      str]:  # fmt: skip
+    """The resolution by ``python``'s pip of `lines` for that interpreter and this machine: ({name: version} or
+    None, seconds, pip's output)."""
     with tempfile.TemporaryDirectory() as tmp:
         requirements, report = Path(tmp, "requirements.txt"), Path(tmp, "report.json")
         requirements.write_text("\n".join(lines) + "\n")
-        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
+        cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
                "--report", str(report), "-r", str(requirements)]  # fmt: skip
         start = time.monotonic()
         try:
@@ -61,13 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT)
     parser.add_argument("--timeout-s", type=float, default=300, help="a resolution taking longer fails")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter whose pip resolves")
     args = parser.parse_args(argv)
-    where = (f'pip install -e ".[{",".join(EXTRAS)}]" (CPython {platform.python_version()}, '
+    versions = subprocess.run([args.python, "-c", "import platform, pip; print(platform.python_version(), "
+                               "pip.__version__)"], capture_output=True, text=True)  # fmt: skip
+    if versions.returncode != 0:
+        print(f"{args.python}: no pip to resolve with: {versions.stderr.strip()[-500:]}", file=sys.stderr)
+        return 1
+    python_version, pip_version = versions.stdout.split()
+    where = (f'pip install -e ".[{",".join(EXTRAS)}]" (pip {pip_version}, CPython {python_version}, '
              f"{platform.system()} {platform.machine()})")  # fmt: skip
     if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
         print(f"{where}: this check resolves for the machine it runs on; run it on Linux x86-64", file=sys.stderr)
         return 1
-    chosen, seconds, output = resolve(requirement_lines(args.pyproject, EXTRAS), args.timeout_s)
+    chosen, seconds, output = resolve(requirement_lines(args.pyproject, EXTRAS), args.timeout_s, args.python)
     backtracked = sorted(set(BACKTRACKED.findall(output)))
     if chosen is None:
         lines = [line for line in output.strip().splitlines() if not line.startswith("WARNING: Location")]

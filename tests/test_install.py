@@ -1,10 +1,17 @@
 """The installs: CI's locked environment (tests/requirements-ci.txt) is one pyproject.toml allows, and the
 cluster's `pip install -e ".[gpu,slurm]"` resolves (tests/resolve_cluster_install.py)."""
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import resolve_cluster_install
+from lock_python import locked_for, refusal
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -38,8 +45,56 @@ def test_the_ci_lock_is_an_install_pyproject_allows():
         assert requirement.specifier.contains(locked[name], prereleases=True), (str(requirement), locked[name])
 
 
-def test_the_cluster_install_resolves(capsys):
-    """pip's resolver on the cluster's install, needing PyPI (the dev extra's pip: about 15 s with an empty cache,
-    pip's own work and the index's answers, so it runs beside the other tests rather than before them)."""
-    assert resolve_cluster_install.main([]) == 0, capsys.readouterr().err
-    assert "resolves in" in capsys.readouterr().out
+def oldest_python() -> str:
+    """An interpreter of the oldest minor version pyproject.toml's requires-python allows: this one's base, or
+    pythonX.Y on PATH; in CI its absence fails, elsewhere it skips naming it."""
+    allowed = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.fullmatch(r">=\s*3\.(\d+)(,.*)?", allowed.strip())
+    assert match, f"requires-python {allowed!r}: this test reads its lower bound as >=3.N"
+    oldest = (3, int(match.group(1)))
+    if sys.version_info[:2] == oldest:
+        return getattr(sys, "_base_executable", sys.executable)
+    found = shutil.which(f"python3.{oldest[1]}")
+    if found:
+        return found
+    missing = f"no python3.{oldest[1]} (the oldest Python pyproject.toml allows) on PATH"
+    if os.environ.get("CI"):
+        pytest.fail(missing)
+    pytest.skip(missing)
+
+
+def test_the_cluster_install_resolves_with_the_pip_a_new_venv_brings(tmp_path, capsys):
+    """pip's resolver on the cluster's install, needing PyPI, run by the pip that a new venv of the oldest Python
+    pyproject.toml allows brings (ensurepip's: Python 3.11's is pip 23.2, whose backtracking the bounds in
+    pyproject.toml exist for; about 35 s with an empty cache, pip's own work and the index's answers, so it runs
+    beside the other tests rather than before them)."""
+    base = oldest_python()
+    subprocess.run([base, "-m", "venv", str(tmp_path / "venv")], check=True, capture_output=True, timeout=300)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    bundled = subprocess.run([base, "-c", "import ensurepip; print(ensurepip.version())"], capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+    assert resolve_cluster_install.main(["--python", python]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    assert f"(pip {bundled}, CPython 3." in said and "resolves in" in said, said
+
+
+def test_the_test_command_refuses_a_python_the_lock_is_not_for():
+    """README's test command first runs tests/lock_python.py, which passes the Python the lock was compiled for
+    (this one: the suite runs in the venv it made) and refuses any other with one line naming the one to use."""
+    readme = (REPO / "README.md").read_text()
+    command = readme.split("<!-- ci: test command -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert command.startswith("python3 tests/lock_python.py && ") and command.index("lock_python") < command.index(
+        "venv"
+    )
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "lock_python.py")], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    want, machine = locked_for()
+    minor = int(want.split(".")[1])
+    others = [("CPython", (3, minor + 1, 1), "Linux", machine), ("CPython", (3, minor, 7), "Linux", "riscv64"),
+              ("PyPy", (3, minor, 13), "Linux", machine), ("CPython", (3, minor, 7), "Darwin", machine)]  # fmt: skip
+    for implementation, version, system, other_machine in others:
+        why = refusal(implementation, version, system, other_machine)
+        here = f"{implementation} {'.'.join(map(str, version))} on {system} {other_machine}"
+        assert why.startswith(f"requirements-ci.txt is locked for CPython {want} on Linux {machine}, and python3 "
+                              f"here is {here}: ")  # fmt: skip
+        assert f"run the test command with python{want} in place of python3" in why and "\n" not in why, why
