@@ -156,6 +156,17 @@ def test_crash_while_writing_a_checkpoint_resumes_bitwise(uninterrupted, config,
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
 
 
+def test_answers_past_the_verifier_s_deadline_are_counted_and_named(raw_tiny_model, toy_data, tmp_path, capsys):
+    """A verdict past ``verifier.options.timeout_s`` (here a microsecond: every answer) scores 0 as ``timeout``: the
+    step's record counts it, and `pacs train` names the step as one whose rewards the machine's load decided."""
+    config = write_run_config(tmp_path / "run.yaml", raw_tiny_model, toy_data, trainer={"total_steps": 1},
+                              verifier={"workers": 1, "options": {"timeout_s": 1e-6}})  # fmt: skip
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 0
+    (record,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[1:]
+    assert (record["verifier/timeout"], record["reward/mean"]) == (16 * 8, 0.0), record
+    assert "steps [1] scored answers past the verifier's deadline" in capsys.readouterr().out
+
+
 def test_a_finished_run_does_nothing(uninterrupted, config, capsys):
     before = {p: p.stat().st_mtime_ns for p in uninterrupted.rglob("*") if p.is_file()}
     assert main(["train", "--config", str(config), "--out", str(uninterrupted)]) == 0

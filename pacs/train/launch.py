@@ -73,6 +73,10 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
         print(f"{out}: already complete at step {summary['final_step']}; nothing to do")
         return 0
     print(f"{out}: trained steps {summary['start_step'] + 1}..{summary['final_step']}")
+    if summary["timed_out_steps"]:
+        print(f"{out}: steps {summary['timed_out_steps']} scored answers past the verifier's deadline "
+              "(verifier.options.timeout_s; each step's verifier/timeout counts them): rewards the machine's load "
+              "decided, so a resumed or repeated run may not match these steps bit for bit")  # fmt: skip
     if summary["status"] == "stopped":
         print(f"{out}: stopped early ({summary['reason']}), saved; the same command continues the run")
         return EXIT_STOPPED

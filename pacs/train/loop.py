@@ -266,7 +266,11 @@ def train(
     )
     metrics_path = out / "metrics.jsonl"
 
+    timed_out: list[int] = []  # steps with answers past the verifier's deadline: rewards the machine's load chose
+
     def emit(record: dict) -> None:
+        if record.get("verifier/timeout"):
+            timed_out.append(record["step"])
         if env.main:
             with open(metrics_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
@@ -322,8 +326,9 @@ def train(
             bar.set_postfix(reward=f"{record['reward/mean']:.3f}", refresh=False)
             if stop:
                 segment.stop(step + 1, stop)
-                return {"status": "stopped", "reason": stop, "start_step": start, "final_step": step + 1}
+                return {"status": "stopped", "reason": stop, "start_step": start, "final_step": step + 1,
+                        "timed_out_steps": timed_out}  # fmt: skip
         bar.close()
         worst = worst_case(config, models, env, engine) if job.worst_case and t.max_tokens_per_micro_batch else None
         segment.stop(t.total_steps, "done", worst)
-    return {"status": "trained", "start_step": start, "final_step": t.total_steps}
+    return {"status": "trained", "start_step": start, "final_step": t.total_steps, "timed_out_steps": timed_out}
