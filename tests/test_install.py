@@ -63,17 +63,20 @@ def oldest_python() -> str:
     pytest.skip(missing)
 
 
+# slow: pip 23.2's resolution of the cluster's install, what a user's new venv runs, which no lock test does
+@pytest.mark.slow
 def test_the_cluster_install_resolves_with_the_pip_a_new_venv_brings(tmp_path, capsys):
     """pip's resolver on the cluster's install, needing PyPI, run by the pip that a new venv of the oldest Python
     pyproject.toml allows brings (ensurepip's: Python 3.11's is pip 23.2, whose backtracking the bounds in
-    pyproject.toml exist for; about 35 s with an empty cache, pip's own work and the index's answers, so it runs
-    beside the other tests rather than before them)."""
+    pyproject.toml exist for; about 80 CPU seconds with an empty cache, pip's own work and the index's answers, so
+    it runs beside the other tests rather than before them). Its limit, 15 minutes, is for a resolver lost in
+    backtracking, not a measure of speed (it took 212 to 261 s here beside two test sessions)."""
     base = oldest_python()
     subprocess.run([base, "-m", "venv", str(tmp_path / "venv")], check=True, capture_output=True, timeout=300)
     python = str(tmp_path / "venv" / "bin" / "python")
     bundled = subprocess.run([base, "-c", "import ensurepip; print(ensurepip.version())"], capture_output=True,
                              text=True, check=True).stdout.strip()  # fmt: skip
-    assert resolve_cluster_install.main(["--python", python]) == 0, capsys.readouterr().err
+    assert resolve_cluster_install.main(["--python", python, "--timeout-s", "900"]) == 0, capsys.readouterr().err
     said = capsys.readouterr().out
     assert f"(pip {bundled}, CPython 3." in said and "resolves in" in said, said
 

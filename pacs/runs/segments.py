@@ -147,7 +147,7 @@ class Segment:
 
         self._refresh()
         self.step = step
-        # the intra-op threads: a job resumed at another count computes other sums (README, "bitwise")
+        # the intra-op threads: a sum split over other threads may differ in its last bits
         self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
                      end_time=self.end, cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
                      threads=torch.get_num_threads(), **({"sizes": sizes} if sizes else {}))  # fmt: skip
