@@ -143,7 +143,7 @@ def warm_ranks(argv: list[str], ranks: int, log: Path, patch: str = "", timeout_
     return [p.returncode for p in processes]
 
 
-PACS = str(Path(sys.executable).parent / "pacs")  # the console script pip installs beside this interpreter
+PACS = warm_pacs.REAL_PACS  # the `pacs` console script, as a user runs it
 
 
 def pacs_warm(argv: list[str], patch: str = "", timeout_s: float = 900,
@@ -161,6 +161,7 @@ def pacs_fresh(argv: list[str], timeout_s: float = 900, threads: int = 1) -> sub
     intra-op threads. A test's bitwise partner of a warm run, so that the comparison crosses the two."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     return subprocess.run([PACS, *argv], env=env, capture_output=True, text=True, timeout=timeout_s)
+
 
 
 def leave_group() -> None:

@@ -87,9 +87,10 @@ SHORT = {"train": {"trainer": {"total_steps": 10}, "checkpoint": {"save_every": 
 # The SLURM run's training is decided by time: jobs of LIMIT_MIN minutes (SLURM's limits are whole minutes), each
 # step made STEP_DELAY_S longer (PACS_STEP_DELAY_S, pacs.runs.segments) so that the steps, not the machine, take the
 # time; a job stops once 1.5 × (a step + a checkpoint + a teardown) would pass its end time, and before its first
-# checkpoint it counts both as a step: 1.5 × 3 × 20 s = 90 s or more kept free. Whatever its start-up, a job trains
-# at most 7 such steps (7 × 20 + 90 > 240): SEGMENTED_STEPS take two jobs or more; and a job that starts up within
-# about two minutes (20 + 90 + 120 < 240) trains two steps or more before it stops.
+# checkpoint it counts both as a step: 1.5 × 3 × 20 s = 90 s or more kept free. A job whose start-up takes more than
+# 10 s (torchrun, two ranks importing torch and transformers, the model: about 30 s here before its first record)
+# trains at most 7 such steps (10 + 7 × 20 + 90 = 240): SEGMENTED_STEPS take two jobs or more; and one that starts
+# up within about two minutes (120 + 20 + 90 < 240) trains two steps or more before it stops.
 LIMIT_MIN, STEP_DELAY_S, SEGMENTED_STEPS = 4, 20, 8
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 PATCH = "WARM_PACS_PATCH"  # code the job runs before `pacs` (a test's fault), taken out of its environment
 COLD, COLD_LOG = "WARM_PACS_COLD", "WARM_PACS_COLD_LOG"  # commands run by the real `pacs`, and where they are listed
+REAL_PACS = str(Path(sys.executable).parent / "pacs")  # the console script pip installs beside this interpreter
 _shared: "Server | None" = None
 
 CLIENT = """#!{python} -S
@@ -45,9 +46,8 @@ def install(bin_dir: Path, socket_path: Path) -> Path:
     """A `pacs` command in ``bin_dir`` (put it first on PATH) that asks the server at ``socket_path``."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     pacs = bin_dir / "pacs"
-    real = str(Path(sys.executable).parent / "pacs")
     pacs.write_text(CLIENT.format(python=sys.executable, tests=str(Path(__file__).parent), socket=str(socket_path),
-                                  pacs=real))  # fmt: skip
+                                  pacs=REAL_PACS))  # fmt: skip
     pacs.chmod(0o755)
     return pacs
 

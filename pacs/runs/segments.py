@@ -21,7 +21,7 @@
   An attempt after the first continues only if the one before ended in a planned stop or a signal (the time
   limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
   the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
-  to stop, so that the workflow's check stays light.)
+  in a job, to record its threads and to stop, so that the workflow's check stays light.)
 - **A slow step, by a setting.** ``PACS_STEP_DELAY_S=SECONDS`` in a job's environment makes each of its steps
   that much longer (a sleep after the step, measured with it), so that a stop is decided by time under SLURM's
   shortest limit whatever the machine's speed (tests/test_workflow.py); it changes no result.
