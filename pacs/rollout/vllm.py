@@ -69,7 +69,7 @@ class VLLMOptions:
 class VLLMRolloutOptions(VLLMOptions):
     """The training engine's options: it shares each GPU with the trainer's models and optimizer."""
 
-    gpu_memory_utilization: float = 0.5  # of the card, the trainer's share excluded (verl's default)
+    gpu_memory_utilization: float = 0.5  # fraction of the card the engine may fill beside the trainer (verl's default)
     generator_memory_utilization: float = 0.9  # a generator rank's engine, alone on its card (rollout.generator_ranks)
     sleep_level: Literal[0, 1, 2] = 2  # GPU: free the engine's memory while the trainer updates (1: weights
     # to CPU RAM, KV cache dropped; 2: both dropped; 0: keep); the weights are pushed again on wake,

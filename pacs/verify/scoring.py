@@ -38,10 +38,10 @@ class VerifyConfig:
 
     gold_extraction: tuple[str, ...] = ("latex",)  # gold is wrapped as \boxed{gold}, then LaTeX-parsed
     answer_extraction: tuple[str, ...] = ("expr", "latex")  # the model's answer: expression + LaTeX
-    wrap_gold_in_boxed: bool = True
+    wrap_gold_in_boxed: bool = True  # wrap the gold in \boxed{} before parsing
     timeout_s: float = 5.0  # deadline for one answer: gold parse + answer parse + comparison
-    float_rounding: int = 6  # math-verify's verify() defaults
-    numeric_precision: int = 15
+    float_rounding: int = 6  # decimal places numbers are rounded to before comparing (math-verify's default)
+    numeric_precision: int = 15  # digits of precision of numeric comparisons (math-verify's default)
 
     def __post_init__(self):
         for key in ("gold_extraction", "answer_extraction"):

@@ -18,7 +18,7 @@ from pacs.verify import CodeConfig, VerifyConfig
 @dataclass(frozen=True)
 class AlgorithmConfig:
     name: str  # pacs, grpo or ppo: a key of pacs.algorithms.options.ALGORITHMS
-    options: dict[str, Any] = field(default_factory=dict)  # the objective's config (config/README.md)
+    options: dict[str, Any] = field(default_factory=dict)  # the objective's config (docs/how-it-works.md)
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     train_files: list[str]  # prepared parquet files (pacs.data.schema), concatenated
-    heldout_files: list[str] = field(default_factory=list)  # greedy accuracy during training
+    heldout_files: list[str] = field(default_factory=list)  # prepared files for greedy accuracy during training
     max_prompt_length: int = 512  # prompts longer than this (in tokens) are dropped and counted
     # the chat template's own variables, e.g. Qwen3's {enable_thinking: true}; a template ignores unknown ones
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -42,12 +42,13 @@ class DataConfig:
 class RolloutConfig:
     engine: Literal["hf", "vllm"] = "hf"  # hf: transformers generate on the policy itself; vllm: one engine per rank
     n: int = 8  # samples per prompt: one group
-    temperature: float = 1.0
+    temperature: float = 1.0  # sampling; the trainer's log-probs use the same temperature
     top_p: float = 1.0  # below 1 the engine's log-probs are of the nucleus; see max_logprob_gap
     max_response_length: int = 4096  # new tokens per sample
     ignore_eos: bool = False  # every sample runs to max_response_length (pacs preflight sets it: the worst case)
     prompt_batch_size: int = 64  # hf: prompts per generate call (vllm takes a rank's prompts at once)
-    vllm: VLLMRolloutOptions = field(default_factory=VLLMRolloutOptions)  # engine options (config/README.md)
+    # engine options (docs/how-it-works.md, "vLLM rollouts")
+    vllm: VLLMRolloutOptions = field(default_factory=VLLMRolloutOptions)
     # stop when the mean |engine log-prob - trainer log-prob| over a step's response tokens exceeds this
     # (gross mismatch: another model, a dtype bug); null: never. Unset: by the compute dtype
     # (DEFAULT_LOGPROB_GAP). vllm only: hf samples from the policy itself
@@ -75,20 +76,20 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 1e-6  # constant
+    lr: float = 1e-6  # learning rate, constant
     weight_decay: float = 0.01  # AdamW
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
+    eps: float = 1e-8  # AdamW
     grad_clip: float | None = None  # max global grad norm; null: none (PACS); filled with 1.0 for PPO/GRPO
-    critic_lr: float = 1e-5  # PPO critic
-    critic_grad_clip: float | None = 1.0
+    critic_lr: float = 1e-5  # PPO critic's learning rate
+    critic_grad_clip: float | None = 1.0  # PPO critic's max global grad norm; null: none
     # AdamW's fused kernel (pacs.tensors.kernels); null: fused on CUDA, torch's default (a loop) on a CPU
     fused: bool | None = None
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    total_steps: int = 300
+    total_steps: int = 300  # training steps
     batch_size: int = 1024  # prompts per step (× n samples)
     mini_batch_size: int = 256  # prompts per optimizer step
     micro_batch_size: int = 4  # prompts per forward/backward on one rank; gradients accumulate
@@ -101,9 +102,9 @@ class TrainerConfig:
     # paper's scripts: 8): a loss summed over responses (seq-mean-token-sum-norm, the actor's and the critic's)
     # is multiplied by it over the global mini-batch's responses, as verl's division by its gradient-accumulation
     # count and FSDP's mean over ranks scale it, whatever this run's micro-batches, token budget or ranks. null:
-    # not multiplied, the gradient of the whole mini-batch's sum (config/README.md, "The optimizer step")
+    # not multiplied, the gradient of the whole mini-batch's sum (docs/how-it-works.md, "The optimizer step")
     verl_micro_batch_size: int | None = 8
-    seed: int = 0
+    seed: int = 0  # prompt order, sampling seeds and the critic's value head
     strategy: Literal["ddp", "fsdp"] = "ddp"  # how models spread over ranks: replicated, or FSDP2-sharded
     # fsdp: the dtype layers compute in (parameters all-gathered and cast; master weights, gradient reduction
     # and optimizer state stay in model.dtype / fp32); null: model.dtype. The rollout engine samples in it too
@@ -178,7 +179,7 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    save_every: int = 20  # steps; the last step is always saved
+    save_every: int = 20  # steps between checkpoints; the last step is always saved
     keep_resumable: int = 2  # the newest K checkpoints keep what a resume reads (K >= 2: one may be broken)
     keep_weights: list[int] | None = None  # older ones keep their HF weights only at these steps; null: all
     stop_margin: float = 1.5  # a job stops when margin × (a step + a checkpoint) would pass its end time
@@ -196,15 +197,15 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     every: int = 0  # greedy held-out accuracy every K steps, and before the first and after the last; 0: never
-    max_new_tokens: int = 4096
+    max_new_tokens: int = 4096  # new tokens per held-out answer
 
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    wandb: Literal["offline", "online", "disabled"] = "offline"
-    project: str = "pacs"
+    wandb: Literal["offline", "online", "disabled"] = "offline"  # offline: files under DIR/wandb; disabled: no wandb
+    project: str = "pacs"  # wandb project
     run_name: str | None = None  # null: the output directory's name
-    progress_bar: bool = True
+    progress_bar: bool = True  # console progress bar
 
 
 @dataclass(frozen=True)
@@ -217,16 +218,16 @@ class VerifierConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    algorithm: AlgorithmConfig
-    model: ModelConfig
-    data: DataConfig
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    algorithm: AlgorithmConfig  # the objective and its options
+    model: ModelConfig  # the policy (and PPO's critic) to start from
+    data: DataConfig  # prepared training and held-out files
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # how responses are sampled
+    optim: OptimConfig = field(default_factory=OptimConfig)  # AdamW of the actor and the critic
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # steps, batches and how the update runs
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # how often to save, what to keep
+    eval: EvalConfig = field(default_factory=EvalConfig)  # greedy held-out accuracy during training
+    logging: LoggingConfig = field(default_factory=LoggingConfig)  # wandb and the console
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)  # how rewards are scored
 
 
 DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
@@ -235,7 +236,7 @@ DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
 # dtype, gives per-step mean gaps of at most 3e-7 over 320 steps. bfloat16: published engine-trainer gaps are
 # an RMS of 0.022 nats per token (Qwen2.5-7B), a spread of 0.05 with p95 0.11 and max 0.48 (Qwen2.5-0.5B),
 # means of 0.011 to 0.036 (Qwen3-4B), growing over training and with length: 0.25 is 5 times the largest
-# published spread (config/README.md cites them).
+# published spread (docs/how-it-works.md cites them).
 DEFAULT_LOGPROB_GAP = {"float32": 1e-3, "bfloat16": 0.25}
 
 
