@@ -22,7 +22,7 @@ def require_torch(floor: str = TORCH_FLOOR) -> None:
     release = re.match(r"(\d+)\.(\d+)", installed)
     if release and tuple(map(int, release.groups())) < tuple(map(int, floor.split("."))):
         raise ImportError(f"pacs needs torch >= {floor}, but torch {installed} is installed "
-                          "(README.md, 'Installing', says which torch to install)")  # fmt: skip
+                          "(docs/installing.md says which torch to install)")  # fmt: skip
 
 
 require_torch()

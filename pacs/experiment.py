@@ -335,7 +335,7 @@ GRADERS = {"judge": "pacs's judge", "livecodebench": "LiveCodeBench's grader", "
 
 def benchmark_label(config: dict, benchmark: str, runs: dict) -> str:
     """The benchmark's label in the report, the grader beside it for LiveCodeBench and wherever its settings
-    name one (``code.grading``): the same programs pass or fail by grader (config/README.md, "Code verifier")."""
+    name one (``code.grading``): the same programs pass or fail by grader (docs/how-it-works.md, "Code verifier")."""
     spec = config["data"]["benchmarks"][benchmark]
     named = ((spec.get("settings") or {}).get("code") or {}).get("grading") or (
         (config["eval"]["settings"].get("code") or {}).get("grading"))
@@ -445,7 +445,7 @@ def preflight_specs(config: dict, runs: dict, plan) -> dict[str, dict]:
             "eval": heaviest and {"benchmark": heaviest, "data": data_file(config, heaviest),
                                   "settings": settings[heaviest]},  # fmt: skip
         }
-        key = json.dumps(shape, sort_keys=True)  # what it trains: a change reruns it (README, "Preflight")
+        key = json.dumps(shape, sort_keys=True)  # what it trains: a change reruns it
         if key in keys:
             shapes[keys[key]]["runs"].append(name)
             continue

@@ -29,7 +29,7 @@ def refusal(implementation: str, version: tuple, system: str, machine: str, lock
         return None
     return (f"{lock.name} is locked for CPython {want} on Linux {want_machine}, and python3 here is {implementation} "
             f"{'.'.join(map(str, version[:3]))} on {system} {machine}: run the test command with python{want} in "
-            f"place of python3 (or compile the lock for this Python: README, 'Installing')")  # fmt: skip
+            f"place of python3 (or compile the lock for this Python: tests/README.md, 'The lock')")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Does the README's cluster install resolve? `python tests/resolve_cluster_install.py` (tests/test_install.py runs it).
 
-`pip install torch==2.13.0 && pip install -e ".[gpu,slurm]"` (README, "Run it", the cluster's commands), as pip's
-resolver only: the package's dependencies and those extras, read from pyproject.toml, go to `pip install --dry-run
+`pip install torch==2.13.0 && pip install -e ".[gpu,slurm]"` (README, "Run the paper on a SLURM cluster"), as
+pip's resolver only: the package's dependencies and those extras, read from pyproject.toml, go to `pip install --dry-run
 --ignore-installed` with the pip of ``--python`` (default: this interpreter; tests/test_install.py gives a new venv
 of the oldest Python pyproject.toml allows, with the pip that venv brings) on this Linux x86-64 machine. Nothing
 is built or installed beyond the metadata of the few source-only dependencies; pip fetches wheels only to read
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = [line for line in output.strip().splitlines() if not line.startswith("WARNING: Location")]
         print("\n".join(lines[-30:]) + f"\nFAILED: {where} does not resolve ({seconds:.0f} s; pip's last lines "
               f"above; it backtracked on {', '.join(backtracked) or 'nothing'}). Bound that dependency or the ones "
-              "in conflict in pyproject.toml (README, 'Installing').", file=sys.stderr)  # fmt: skip
+              "in conflict in pyproject.toml (docs/installing.md, 'Why pyproject.toml bounds some packages').",
+              file=sys.stderr)  # fmt: skip
         return 1
     versions = ", ".join(f"{name} {chosen[name]}" for name in SHOWN if name in chosen)
     print(f"{where} resolves in {seconds:.0f} s: {len(chosen)} packages; {versions}; "

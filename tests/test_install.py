@@ -30,7 +30,7 @@ def pins(lock: Path) -> dict[str, str]:
 
 def test_the_ci_lock_is_an_install_pyproject_allows():
     """Every dependency of the package and of its dev, cpu and slurm extras is pinned in the lock, at a version
-    pyproject.toml admits (a bound changed there without `uv pip compile` again, README "Installing", fails
+    pyproject.toml admits (a bound changed there without `uv pip compile` again, tests/README.md, "The lock", fails
     here), and torch with the builds that break it is left out."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     locked = pins(LOCK)

@@ -85,7 +85,7 @@ def test_no_module_of_pacs_imports_itself_back():
     assert circles(graph) == []
 
 
-# pacs.train's rooms (README, "Where each mechanism lives"), each on a floor: a room imports only rooms on lower
+# pacs.train's rooms (docs/code-map.md), each on a floor: a room imports only rooms on lower
 # floors; the loop and the job (pacs.train.loop, pacs.train.launch) stand above them all
 TRAIN_FLOORS = {"settings": 0, "update": 1, "sampling": 2}
 TRAIN_TOP = {"pacs.train", "pacs.train.loop", "pacs.train.launch"}

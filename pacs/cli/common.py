@@ -47,7 +47,7 @@ def eval_config_from(args: argparse.Namespace, path: Path | None = None):
 
 
 def eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML of evaluation keys (config/README.md); flags override it")
+    parser.add_argument("--config", type=Path, help="YAML of evaluation keys (docs/configuration.md); flags win")
     parser.add_argument("--n", type=int, help="samples per problem (default 32)")
     parser.add_argument("--temperature", type=float, help="default 0.6")
     parser.add_argument("--top-p", type=float, help="default 0.95")

@@ -47,7 +47,7 @@ def add_parser(verbs) -> None:
     pd_.add_argument("--data-dir", type=Path, help="local: directory the source file is in (../shared/data); "
                      "livecodebench: a mirror directory (test.jsonl, ...) or a .jsonl/.parquet file; "
                      "gpqa: a directory with gpqa_diamond.csv, or a .csv/.parquet file")  # fmt: skip
-    pd_.add_argument("--spec", type=Path, help="YAML mapping of source fields to override (config/README.md)")
+    pd_.add_argument("--spec", type=Path, help="YAML mapping of source fields to override (docs/configuration.md)")
     pd_.add_argument("--bad-rows", choices=["error", "drop"], default="error", help="drop: skip and count them")
     pd_.add_argument("--duplicates", choices=["keep", "drop"], default="keep", help="reported either way")
     pd_.add_argument("--tokenizer", help="model or tokenizer whose chat template measures --max-prompt-length")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 def add_parser(verbs) -> None:
     tr = verbs.add_parser("train", help="train one run (PACS, GRPO or PPO); rerun to resume; starts torchrun itself")
-    tr.add_argument("--config", type=Path, required=True, help="run config YAML (config/README.md)")
+    tr.add_argument("--config", type=Path, required=True, help="run config YAML (docs/configuration.md)")
     tr.add_argument("--out", type=Path, required=True, help="run directory: config, metrics, checkpoints")
     tr.add_argument("--restart-on-change", action="store_true", help="DIR under another config: delete it, not refuse")
     tr.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (GPUs); above 1 starts torchrun")

@@ -12,7 +12,7 @@ import pandas as pd
 PUBLISHED = Path(__file__).with_name("published_pass_at_k.csv")  # the paper's Tables 1 and 2, in percent
 # Each version of the paper (a config's `paper`): its published pass@k files, in percent. v1: Tables 1 and 2
 # (Qwen2.5-3B/7B). v2 (arXiv 2509.02522v2): Tables 2, 6, 7 and 8 (Qwen3-4B/8B, five benchmarks), then the
-# score-function ablation of App. D.3 and Table 1's pass@1 of other models (../shared/paper/README.md), then
+# score-function ablation of App. D.3 and Table 1's pass@1 of other models (transcribed from v2's text), then
 # Figure 6's out-of-domain pass@1 of Qwen3-8B (its bar labels; GRPO's LiveCodeBench bar reads 38.04, the text 38.01).
 PAPER_VERSIONS = {
     "v1": (PUBLISHED,),

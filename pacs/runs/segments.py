@@ -16,8 +16,7 @@
   or a ``failed``; the launcher, once the job's processes ended, an ``exit`` after a ``stop``: the teardown's
   seconds from the stop (the pools, the engine, wandb's finish, the processes' exit; up to the signal where the
   limit's SIGTERM cut it short). The workflow resubmits a stopped job (Snakemake's retries: a fresh submission
-  starts as soon as resources are free, where SLURM's requeue holds the job about two minutes,
-  ``../shared/RECIPES.md``).
+  starts as soon as resources are free, where SLURM's requeue holds the job about two minutes).
   An attempt after the first continues only if the one before ended in a planned stop or a signal (the time
   limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
   the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
