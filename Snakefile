@@ -34,7 +34,7 @@ rule all:
 
 
 # snakemake --profile slurm preflight: every distinct training job for a few steps at its maximum lengths, on
-# its own resources, before `all` (pacs preflight; docs/cluster.md, "5. Plan, then preflight")
+# its own resources, before `all` (pacs preflight; docs/cluster.md, "6. Preflight")
 rule preflight:
     input:
         [preflight_result(shape) for shape in PREFLIGHTS],
