@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doc_metrics
 import pytest
 from workflow_runs import NO_CLUSTER, REPO, job_counts, venv_env
 
@@ -19,7 +20,9 @@ SETTINGS = "my_cluster.yaml"
 
 def fenced(text: str, info: str) -> list[tuple[str, str]]:
     """(the line before the block, the block's text) of every fenced block whose info string is ``info``."""
-    return [(m.group(1), m.group(2)) for m in re.finditer(rf"([^\n]*)\n```{info}\n(.*?)\n```", text, re.DOTALL)]
+    lines = text.splitlines()
+    return [(lines[start - 1] if start else "", "\n".join(lines[start + 1 : end - 1]))
+            for start, end, kind in doc_metrics.fenced_blocks(lines) if kind == info]  # fmt: skip
 
 
 def commands(text: str) -> list[str]:

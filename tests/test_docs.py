@@ -295,15 +295,20 @@ def test_the_prose_metrics_split_sentences_as_a_reader_would():
 # --- the top level ---------------------------------------------------------------------------------------------------
 
 
-def test_the_top_level_holds_only_what_a_reader_expects():
-    """Counted from git (tracked files and untracked ones not ignored), so venvs, egg-info and results of runs do
-    not count; dot-files and dot-directories are allowed."""
+def repository_files() -> list[str]:
+    """The repository's files as git lists them (tracked, and untracked ones not ignored): venvs, egg-info and
+    results of runs do not count."""
     try:
         listing = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError) as error:
         pytest.skip(f"no git listing of the repository: {error}")
-    names = {line.split("/")[0] for line in listing.splitlines() if line}
+    return [line for line in listing.splitlines() if line]
+
+
+def test_the_top_level_holds_only_what_a_reader_expects():
+    """Dot-files and dot-directories are allowed."""
+    names = {name.split("/")[0] for name in repository_files()}
     extra = sorted(n for n in names if not n.startswith(".") and n not in TOP_LEVEL)
     assert extra == [], f"unexpected at the top level: {extra} (allowed: {sorted(TOP_LEVEL)})"
 
@@ -312,7 +317,7 @@ def test_the_top_level_holds_only_what_a_reader_expects():
 
 CITED = re.compile(
     r"(?P<file>\b(?:docs/[\w.-]+?|tests/README|config/README|workflow/README|README)(?:\.md)?)`?"
-    r"(?:,\s*\(?|\s+\()\\?[\"'](?P<section>[A-Za-z][^\"'\\]*?)\\?[\"']"
+    r"(?:,\s*\(?|\s+\()\\?[\"'](?P<section>[A-Za-z0-9][^\"'\\]*?)\\?[\"']"
 )
 WRAP = re.compile(r"\n[ \t]*(?:#|//|\*)?[ \t]*")  # a comment's line break and marker, read as one space
 
@@ -347,8 +352,7 @@ def section_exists(page: Path, section: str) -> bool:
 def test_every_section_a_file_cites_exists():
     """Code comments, configs, help texts and pages cite sections of the docs as ``docs/x.md, "Section"``: each
     such page has that heading, so a moved or renamed section is found where it is cited."""
-    listing = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    listing = repository_files()
     suffixes = (".py", ".yaml", ".yml", ".toml", ".smk", ".md", ".rst", ".cff")
     missing = []
     for name in listing:
@@ -360,3 +364,10 @@ def test_every_section_a_file_cites_exists():
             if not page.is_file() or not section_exists(page, section):
                 missing.append(f"{name}:{line}: {cited}, \"{section}\"")
     assert missing == [], "sections cited that their page does not have:\n" + "\n".join(missing)
+
+
+def test_citations_are_read_across_a_comment_s_line_breaks():
+    text = 'x = 1\n# as it says (docs/cluster.md,\n#   "2. Install") and README ("Test it"); README\'s own\n'
+    assert cited_sections(text) == [(2, "docs/cluster.md", "2. Install"), (3, "README.md", "Test it")]
+    assert section_exists(ROOT / "docs" / "cluster.md", "2. Install")
+    assert not section_exists(ROOT / "docs" / "cluster.md", "2. Ins")
