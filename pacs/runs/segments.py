@@ -1,26 +1,27 @@
-"""A run as consecutive jobs (segments), each stopping in time for the queue's limit or a preemption.
+"""A run as consecutive jobs (segments), each stopping in time for the queue's limit, a preemption or a stop asked.
 
-- **End time.** SLURM sets a job's end time; the trainer reads it (``SLURM_JOB_END_TIME`` where SLURM sets it,
-  else ``squeue -h -j $SLURM_JOB_ID -o %e``, as old as SLURM 22.05) when the job starts and again every ten
-  minutes (``scontrol update TimeLimit=`` moves it). Outside SLURM there is none.
+- **End time.** SLURM sets a job's end time; the trainer reads it (pacs.slurm) when the job starts and again
+  every ten minutes (``scontrol update TimeLimit=`` moves it, and so does a preemption's grace time). Outside SLURM
+  there is none.
 - **Stop.** After every step, every rank agrees (a max over ranks) to stop when ``checkpoint.stop_margin`` ×
   (the longest step + the longest checkpoint write + the longest teardown measured in this run, across its
   segments; a write not yet measured counts as a step, a teardown not yet measured as a write) would pass the end
-  time, so that the job also ends in time after its last step, or when SIGTERM, SIGINT or SIGUSR1 arrived (a preemption,
-  ``sbatch --signal=USR1@SECONDS``, a stop of `pacs train` passed on by pacs.runs.lifetime). The run then saves
-  a checkpoint of that step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again
-  resumes it.
-- **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, end time, the
-  workflow's attempt, torch's intra-op threads), a ``signal`` when one arrives, and a ``stop`` (time, step, reason,
-  the measured seconds and ``need_s``, the seconds the last check kept free)
-  or a ``failed``; the launcher, once the job's processes ended, an ``exit`` after a ``stop``: the teardown's
-  seconds from the stop (the pools, the engine, wandb's finish, the processes' exit; up to the signal where the
-  limit's SIGTERM cut it short). The workflow resubmits a stopped job (Snakemake's retries: a fresh submission
-  starts as soon as resources are free, where SLURM's requeue holds the job about two minutes).
-  An attempt after the first continues only if the one before ended in a planned stop or a signal (the time
-  limit's SIGTERM included), after a step: the workflow checks this (``check_continuation``) before it submits
-  the job again, so a crash, an OOM kill or an error is not resubmitted at all. (This module imports torch only
-  in a job, to record its threads and to stop, so that the workflow's check stays light.)
+  time, so that the job also ends in time after its last step; when SIGTERM, SIGINT or SIGUSR1 arrived (a
+  preemption, which SLURM announces with SIGTERM; a stop of `pacs train` passed on by pacs.runs.lifetime); or
+  when the experiment's stop file exists (`pacs stop`, pacs.stop). The run then saves a checkpoint of that
+  step (unless it just did) and exits with ``EXIT_STOPPED``; running the same command again resumes it.
+- **Requeue.** With ``pacs train --requeue`` (the workflow's), a job that stopped for its time limit after
+  training a step puts itself back in SLURM's queue (pacs.slurm): SLURM starts the same job again and it
+  resumes. A stop on a signal or a stop asked does not: SLURM requeues a preempted job itself, and a stop asked
+  is meant to last. A job that stopped for its time limit without training a step fails, naming the limit.
+- **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, how many times SLURM
+  started that job before (``restart``: a requeue or a preemption), end time, torch's intra-op threads, the step
+  delay where set), a ``signal`` when one arrives, a ``changed`` when the run resumes under a change of how it
+  computes (pacs.runs.directory), and a ``stop`` (time, step, reason, the measured seconds and ``need_s``, the
+  seconds the last check kept free) or a ``failed``; the launcher, once the job's processes ended, an ``exit``
+  after a ``stop``: the teardown's seconds from the stop (the pools, the engine, wandb's finish, the processes'
+  exit; up to the signal where the limit's SIGTERM cut it short). (This module imports torch only in a job, to
+  record its threads and to stop, so that the workflow's reading of it stays light.)
 - **A slow step, by a setting.** ``PACS_STEP_DELAY_S=SECONDS`` in a job's environment makes each of its steps
   that much longer (a sleep after the step, measured with it), so that a stop is decided by time under SLURM's
   shortest limit whatever the machine's speed (tests/test_workflow.py); it changes no result.
@@ -29,57 +30,28 @@
 import json
 import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped early with a checkpoint; the same command continues the run
+from pacs.slurm import EXIT_STOPPED as EXIT_STOPPED  # where the trainer and its tests read it
+from pacs.slurm import REREAD_S, STEP_DELAY, slurm_end_time, step_delay
+from pacs.stop import stop_requested
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop at the next step, saved (exit 75)
-REREAD_S = 600.0
-STEP_DELAY = "PACS_STEP_DELAY_S"  # seconds added to every step (a test's slow step)
+STOP_ASKED = "stop asked"  # the reason of a stop by the experiment's stop file (pacs stop)
 
 
 @dataclass(frozen=True)
 class JobOptions:
     """How this job of a run was started (``pacs train``'s flags)."""
 
-    restart_on_change: bool = False  # a run directory under another config is deleted, not refused
-    attempt: int = 1  # the workflow's attempt (Snakemake's): after the first, continue only after a planned stop
+    restart_on_change: bool = False  # a run directory under another config is moved aside, not refused
     keep_weights: Path | None = None  # a JSON list of steps, read at every save, instead of checkpoint.keep_weights
     calibration: Path | None = None  # pacs bench gpu's file that auto sizes are resolved with (pacs.plan.calibration)
     worst_case: bool = False  # after the last step, the largest micro-batches measured (the preflight's)
-
-
-def slurm_end_time(environ=os.environ) -> float | None:
-    """The SLURM job's end time (seconds since the epoch), or None outside SLURM or without a limit."""
-    if environ.get("SLURM_JOB_END_TIME"):
-        return float(environ["SLURM_JOB_END_TIME"])
-    job = environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    try:
-        listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = listed.stdout.strip()
-    try:
-        return datetime.fromisoformat(text).timestamp()  # local time, as squeue prints it
-    except ValueError:  # "N/A", "Unknown" (no limit), or no answer
-        return None
-
-
-def step_delay(environ=os.environ) -> float:
-    """``PACS_STEP_DELAY_S``: seconds each step is made longer (0 when unset)."""
-    text = environ.get(STEP_DELAY, "")
-    try:
-        delay = float(text or 0)
-    except ValueError:
-        delay = -1.0
-    if not 0 <= delay < float("inf"):
-        raise ValueError(f"{STEP_DELAY}={text!r}: seconds a step is made longer, a number >= 0")
-    return delay
+    stop_file: Path | None = None  # a stop asked of the experiment (pacs.stop): saved and stopped after a step
+    requeue: bool = False  # after a stop for the time limit in SLURM, the job requeues itself (pacs.slurm)
 
 
 def read_segments(out: Path) -> list[dict]:
@@ -90,23 +62,8 @@ def read_segments(out: Path) -> list[dict]:
 
 
 def how_ended(history: list[dict]) -> dict:
-    """The last record of the run's jobs, their launchers' ``exit`` records aside."""
-    return next((h for h in reversed(history) if h["event"] != "exit"), {"event": "nothing"})
-
-
-def check_continuation(out: Path, history: list[dict], attempt: int) -> None:
-    """A resubmitted job (``attempt`` > 1) goes on only if the job before it stopped as planned, or on a signal,
-    after finishing at least one step: otherwise the same failure would be resubmitted until retries run out."""
-    ended = how_ended(history)
-    if ended["event"] not in ("stop", "signal"):
-        raise RuntimeError(f"{out}: attempt {attempt} of this job, but the attempt before it ended without a "
-                           f"planned stop (its last record in segments.jsonl: {ended['event']}); a failure is not "
-                           "retried: read its log, fix the cause, and run the workflow again")  # fmt: skip
-    start = next(h for h in reversed(history) if h["event"] == "start")
-    if ended["step"] <= start["step"]:
-        raise RuntimeError(f"{out}: the job before this one (attempt {attempt - 1}) finished no step before it "
-                           f"stopped ({ended.get('reason', ended.get('signal'))}): its time limit leaves no room for a "
-                           "step and a checkpoint; raise resources.train.max_runtime (or runtime)")  # fmt: skip
+    """The last record of the run's jobs, their launchers' ``exit`` records (and a resume's ``changed``) aside."""
+    return next((h for h in reversed(history) if h["event"] not in ("exit", "changed")), {"event": "nothing"})
 
 
 class Segment:
@@ -116,15 +73,15 @@ class Segment:
     def __init__(self, out: Path, env, margin: float, options: JobOptions, environ=os.environ):
         self.out, self.env, self.margin, self.environ = Path(out), env, margin, environ
         self.options, self.signalled = options, ""
-        history = read_segments(out) if env.main else []
-        if env.main and options.attempt > 1:
-            check_continuation(out, history, options.attempt)
-        measured = [(h.get("step_s", 0.0), h.get("checkpoint_s", 0.0)) for h in history if h["event"] == "stop"]
+        self.history = history = read_segments(out) if env.main else []
+        self.delay_s = step_delay(environ)
+        # a step measured under another job's PACS_STEP_DELAY_S counts as it would take under this one's
+        measured = [(h.get("step_s", 0.0) - h.get("step_delay_s", 0.0) + self.delay_s, h.get("checkpoint_s", 0.0))
+                    for h in history if h["event"] == "stop" and h.get("step_s")]  # fmt: skip
         self.step_s = max((m[0] for m in measured), default=0.0)
         self.checkpoint_s = max((m[1] for m in measured), default=0.0)
         self.teardown_s = max((h["teardown_s"] for h in history if h["event"] == "exit"), default=0.0)
         self.read_at, self.end, self.step = -REREAD_S, None, 0
-        self.delay_s = step_delay(environ)
         self.need_s = 0.0  # the seconds the last check kept free before the end time
         self._handlers: dict = {}
 
@@ -146,10 +103,16 @@ class Segment:
 
         self._refresh()
         self.step = step
+        job = self.environ.get("SLURM_JOB_ID")
+        # SLURM started this job before: requeued after a stop, or preempted (the same job id, started again)
+        restart = sum(1 for h in self.history if h["event"] == "start" and job and h.get("slurm_job") == job)
+        if self.delay_s:
+            print(f"{STEP_DELAY}={self.delay_s:g}: each step of this job is made {self.delay_s:g} s longer", flush=True)
         # the intra-op threads: a sum split over other threads may differ in its last bits
-        self._record("start", step=step, attempt=self.options.attempt, slurm_job=self.environ.get("SLURM_JOB_ID"),
-                     end_time=self.end, cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-                     threads=torch.get_num_threads(), **({"sizes": sizes} if sizes else {}))  # fmt: skip
+        self._record("start", step=step, slurm_job=job, restart=restart, end_time=self.end,
+                     cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"), threads=torch.get_num_threads(),
+                     **({"step_delay_s": self.delay_s} if self.delay_s else {}),
+                     **({"sizes": sizes} if sizes else {}))  # fmt: skip
 
     def __enter__(self):
         self._handlers = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
@@ -185,10 +148,13 @@ class Segment:
         checkpoint = self.checkpoint_s or self.step_s  # not yet measured: as long as a step
         self.need_s = self.margin * (self.step_s + checkpoint + (self.teardown_s or checkpoint))
         short = self.end is not None and time.time() + self.need_s > self.end
-        votes = torch.tensor([float(bool(self.signalled)), float(short)])
-        signalled, short = all_reduce(votes, self.env, "max").tolist()
+        asked = self.env.main and stop_requested(self.options.stop_file) is not None
+        votes = torch.tensor([float(bool(self.signalled)), float(asked), float(short)])
+        signalled, asked, short = all_reduce(votes, self.env, "max").tolist()
         if signalled:
             return f"signal {self.signalled or 'on another rank'}"
+        if asked:
+            return STOP_ASKED
         return "time limit" if short else ""
 
     def stop(self, step: int, reason: str, worst: dict | None = None) -> None:
@@ -198,6 +164,7 @@ class Segment:
 
         self._record("stop", step=step, reason=reason, step_s=self.step_s, checkpoint_s=self.checkpoint_s,
                      need_s=self.need_s, peak_gb=rank_peaks(self.env),
+                     **({"step_delay_s": self.delay_s} if self.delay_s else {}),
                      **({"worst_case": worst} if worst else {}))  # fmt: skip
 
 

@@ -8,7 +8,9 @@
   allocation's first node (a free port found there; the hosts come from ``SLURM_JOB_NODELIST``), each
   node's output in ``OUT/logs/node{i}.log``.
 Every torchrun or srun launch appends one line to ``OUT/launches.jsonl`` (what it started, where, which
-job), so a job that started its launcher more than once shows it.
+job), so a job that started its launcher more than once shows it. After the job, a stop for its time limit
+requeues it where asked (``--requeue``: ``continue_later``); a job started while the experiment's stop file exists
+(``--stop-file``, pacs.stop) exits at once, as stopped.
 """
 
 import json
@@ -24,18 +26,35 @@ from pacs.config import to_dict
 from pacs.ranks.allocator import configure_allocator
 from pacs.runs.lifetime import PARENT, SIGNALS_TORCHRUN_HANDLES, rank_dies_with_torchrun, wait_forwarding_stops
 from pacs.runs.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
+from pacs.slurm import after_stop
+from pacs.stop import describe, stop_requested
 from pacs.train.settings.config import load_run_config
 from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
 
 
 def _wandb_logger(config, out: Path):
-    """The run's wandb run (``pacs.wandb_runs``), resumed by every job of the run, grouped with its evaluations."""
+    """The run's wandb run (``pacs.wandb_runs``), resumed by every job of the run, grouped with its evaluations.
+    Its service is a process of the job: SLURM's SIGTERM (a preemption's warning) ends it while the ranks finish
+    their step, so a failed log is said once and ends the job's logging to wandb, not the job (metrics.jsonl keeps
+    every step, and the next job's wandb run resumes)."""
     name = config.logging.run_name or out.resolve().name
     run = start_run(out, config.logging.wandb, config.logging.project, name, name, "train", to_dict(config))
     if run is None:
         return None, None
-    return run, lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+    failed = []
+
+    def log(record: dict) -> None:
+        if failed:
+            return
+        try:
+            run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+        except Exception as e:  # noqa: BLE001 (whatever the service's end raises)
+            failed.append(e)
+            print(f"{out}: wandb stopped taking this job's steps at step {record['step']} ({type(e).__name__}: {e}); "
+                  "metrics.jsonl has every step", flush=True)  # fmt: skip
+
+    return run, log
 
 
 def run(config_path: Path, out: Path, job: JobOptions) -> int:
@@ -66,7 +85,10 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
         summary = train(config, out, env, log, job)
     finally:
         if wandb_run is not None:
-            wandb_run.finish()
+            try:
+                wandb_run.finish()
+            except Exception as e:  # noqa: BLE001 (its service ended by a signal: _wandb_logger)
+                print(f"{out}: wandb's run did not finish ({type(e).__name__}: {e})", flush=True)
         if dist.is_initialized():  # a vLLM engine's shutdown may have destroyed it already
             dist.destroy_process_group()
     if summary["status"] == "complete":
@@ -147,15 +169,41 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
             return run(config_path, out, job)
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
+    asked = stop_requested(job.stop_file)
+    if asked is not None:
+        print(f"{out}: not started: {describe(asked)}; the workflow's next run removes {job.stop_file}", flush=True)
+        return EXIT_STOPPED
     with sole_writer(out, "pacs train"):  # one writer per run directory, for as long as the job lives
         # the teardown after the ranks' stop measured (pacs.runs.segments): later jobs keep time for it
-        return teardown_recorded(out, lambda: _launch(config_path, out, job, nproc_per_node, nnodes))
+        code = teardown_recorded(out, lambda: _launch(config_path, out, job, nproc_per_node, nnodes))
+        return continue_later(out, code, job)
+
+
+def continue_later(out: Path, code: int, job: JobOptions) -> int:
+    """After the job's processes ended: a job stopped, saved, requeues itself where asked (``--requeue``) and
+    SLURM would not (pacs.slurm.after_stop). So does a job that failed after a signal reached it: SLURM's SIGTERM
+    reaches every process of a job, and one that pacs does not own (vLLM's engine core on a GPU, wandb's service)
+    may end at it and take the step in flight with it; the run then resumes from its last checkpoint, as after a
+    kill."""
+    history = read_segments(out)
+    ended = how_ended(history)
+    began = max((i for i, h in enumerate(history) if h["event"] == "start"), default=-1)
+    start = history[began] if began >= 0 else {"step": -1}
+    signalled = next((h for h in history[began + 1 :] if h["event"] == "signal"), None)
+    if code not in (0, EXIT_STOPPED) and signalled and ended["event"] != "stop":
+        print(f"{out}: this job failed after {signalled['signal']} reached it (a process of the job ended with the "
+              "signal); the run resumes from its last checkpoint", flush=True)  # fmt: skip
+        return after_stop(str(out), f"signal {signalled['signal']}", True, job.requeue)
+    if code != EXIT_STOPPED or ended["event"] != "stop":
+        return code
+    return after_stop(str(out), ended["reason"], ended["step"] > start["step"], job.requeue)
 
 
 def _launch(config_path: Path, out: Path, job: JobOptions, nproc_per_node: int, nnodes: int) -> int:
     environ = os.environ
-    args = ["--config", str(config_path), "--out", str(out), "--attempt", str(job.attempt),
+    args = ["--config", str(config_path), "--out", str(out),
             *(["--restart-on-change"] if job.restart_on_change else []),
+            *(["--stop-file", str(job.stop_file)] if job.stop_file else []),
             *(["--keep-weights", str(job.keep_weights)] if job.keep_weights else []),
             *(["--calibration", str(job.calibration)] if job.calibration else []),
             *(["--worst-case"] if job.worst_case else [])]  # fmt: skip

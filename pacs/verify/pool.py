@@ -62,6 +62,9 @@ def lost_verdict(task: str, status: str, why: str = "") -> Verdict | CodeVerdict
 
 def _worker_main(conn, config: VerifyConfig, code: CodeConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # and SLURM's SIGTERM (a preemption's warning reaches every process of a job): the step being scored finishes
+    # with its verdicts, and the parent ends the workers (SIGKILL) when it closes the pool
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def receive() -> None:  # drains the pipe at once, so a parent sending the next chunk never waits on scoring
