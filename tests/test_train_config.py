@@ -1,8 +1,10 @@
+import dataclasses
+
 import pytest
 import torch
 
 from pacs.config import ConfigError, load_yaml
-from pacs.train.settings.config import load_run_config, objective_config, resolve
+from pacs.train.settings.config import RunConfig, load_run_config, objective_config, resolve
 
 MINIMAL = {"algorithm": {"name": "pacs"}, "model": {"path": "m"}, "data": {"train_files": ["t.parquet"]}}
 
@@ -164,3 +166,36 @@ def test_liger_patches_the_policy_reference_and_critic_alike(family, raw_tiny_mo
             assert forward.startswith("liger_kernel."), (name, module, forward)
     assert all(kernels == patched["pacs policy"] for kernels in patched.values()), patched
     assert modeling.apply_rotary_pos_emb.__module__.startswith("liger_kernel")
+
+
+def dataclass_keys(cls, prefix: str = "") -> list[str]:
+    """Every dotted key of a config dataclass, nested dataclasses opened (a dict field, as algorithm.options, whole)."""
+    import typing
+
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            keys += dataclass_keys(kind, f"{prefix}{f.name}.")
+        else:
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def test_every_run_config_key_changes_either_what_a_run_computes_or_only_how():
+    """pacs.train.settings.changes classifies each key of RunConfig once: a new key must be placed (a change of how
+    resumes a stopped run, a change of what starts it again), and no entry names a key that is not there."""
+    from pacs.train.settings import changes
+
+    keys = dataclass_keys(RunConfig)
+    unplaced = [k for k in keys if (changes.entry(k, changes.HOW) is None) == (changes.entry(k, changes.WHAT) is None)]
+    assert unplaced == [], f"neither or both of HOW and WHAT in pacs/train/settings/changes.py: {unplaced}"
+    stale = [e for e in changes.HOW + changes.WHAT if not any(k == e or k.startswith(e + ".") for k in keys)]
+    assert stale == []
+    assert changes.changes_only_how("trainer.micro_batch_size") and changes.changes_only_how("checkpoint.save_every")
+    assert not changes.changes_only_how("algorithm.options.beta") and not changes.changes_only_how("trainer.seed")
+    assert not changes.changes_only_how("a.key.nobody.placed")
+    run = {"trainer": {"seed": 1, "micro_batch_size": 4}, "checkpoint": {"save_every": 2}, "algorithm": {"name": "pacs",
+           "options": {"beta": 1.0}}}  # fmt: skip
+    assert changes.what_part(run) == {"trainer": {"seed": 1}, "algorithm": {"name": "pacs", "options": {"beta": 1.0}}}

@@ -22,8 +22,9 @@ from pacs.cli import main
 from pacs.ranks.distributed import DistEnv
 from pacs.runs import checkpoint as ckpt
 from pacs.runs import retention
-from pacs.runs.directory import check_run_dir
+from pacs.runs.directory import check_run_dir, superseded_dir
 from pacs.runs.segments import EXIT_STOPPED, read_segments
+from pacs.stop import STOP, request_stop
 from pacs.train.loop import train
 from pacs.train.settings.config import load_run_config
 from pacs.writer_lock import HELD, sole_writer
@@ -200,8 +201,8 @@ def test_a_second_writer_into_a_live_run_is_refused_naming_it_and_the_live_run_e
 
 
 def test_a_restart_on_change_keeps_the_lock_so_a_second_writer_is_still_refused(tmp_path):
-    """--restart-on-change deletes the run of another config while the launcher holds the directory's lock (as the
-    workflow's rerun does): the lock's files stay, so a second pacs train into the live directory is still refused,
+    """--restart-on-change moves the run of another config aside while the launcher holds the directory's lock (as
+    the workflow's rerun does): the lock's files stay, so a second pacs train into the live directory is still refused,
     naming the holder, rather than taking a fresh lock beside the live run."""
     old = load_run_config(write_run_config(tmp_path / "old.yaml", tmp_path / "model", tmp_path / "data"))
     new = write_run_config(tmp_path / "new.yaml", tmp_path / "model", tmp_path / "data", optim={"lr": 2e-4})
@@ -213,17 +214,120 @@ def test_a_restart_on_change_keeps_the_lock_so_a_second_writer_is_still_refused(
         check_run_dir(out, old)
         (out / "metrics.jsonl").write_text("{}\n")
         check_run_dir(out, load_run_config(new), restart_on_change=True)
-        assert not (out / "metrics.jsonl").exists()  # the old run went
+        assert not (out / "metrics.jsonl").exists()  # the old run went aside
+        assert [p.name for p in superseded_dir(out).glob("*/metrics.jsonl")] == ["metrics.jsonl"]
         second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert second.returncode == 2, second.stderr[-2000:]
     assert f"{out}: pid {os.getpid()} on {socket.gethostname()} since " in second.stderr, second.stderr[-2000:]
     assert "pacs train refuses a second writer" in second.stderr
 
 
-def test_a_run_dir_refuses_a_changed_config(uninterrupted, tiny_model, toy_data, tmp_path, capsys):
+def test_a_run_dir_refuses_a_change_of_what_it_computes(uninterrupted, tiny_model, toy_data, tmp_path, capsys):
     changed = write_run_config(tmp_path / "changed.yaml", tiny_model, toy_data, optim={"lr": 2e-4})
     assert main(["train", "--config", str(changed), "--out", str(uninterrupted)]) == 2
-    assert "optim.lr" in capsys.readouterr().err
+    assert "keys that change what it computes: optim.lr" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def stopped(config, tmp_path_factory):
+    """The small run stopped by the experiment's stop file (`pacs stop`), which appears once its third step is
+    logged (each step made 2 s longer by PACS_STEP_DELAY_S, so that the stop lands before the last): the job saves after
+    the step it is in and exits 75, as stopped. Its directory and the step it saved."""
+    out = tmp_path_factory.mktemp("runs") / "stopped"
+    cmd = [sys.executable, "-m", "pacs.cli", "train", "--config", str(config), "--out", str(out), "--stop-file",
+           str(out.parent / STOP)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "PACS_STEP_DELAY_S": "2"}
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and any(r["step"] >= 3 for r in read_metrics(metrics))):
+        assert process.poll() is None, "the run ended before its third step was logged"
+        time.sleep(0.1)
+    request_stop(out.parent)
+    stdout, _ = process.communicate(timeout=600)
+    assert process.returncode == EXIT_STOPPED, stdout
+    assert "stopped early (stop asked), saved" in stdout
+    ended = read_segments(out)[-2]
+    assert (ended["event"], ended["reason"]) == ("stop", "stop asked") and 4 <= ended["step"] < 6, ended
+    assert ckpt.latest_checkpoint(out / "checkpoints")[0] == ended["step"] and not (out / "trained.json").exists()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # started while it stands
+    assert again.returncode == EXIT_STOPPED and "not started: a stop asked by" in again.stdout, again.stdout
+    assert read_segments(out)[-2] == ended
+    return out, ended["step"]
+
+
+# what changes only how a run computes (pacs.train.settings.changes), each as the run's config says it
+HOW_CHANGES = {
+    "micro-batch size": {"trainer": {"micro_batch_size": 2}},
+    "token budget": {"trainer": {"max_tokens_per_micro_batch": 2048}},
+    "recompute": {"trainer": {"gradient_checkpointing": True}},
+    "vLLM's memory fraction": {"rollout": {"vllm": {"gpu_memory_utilization": 0.3}}},
+    "checkpoint cadence": {"checkpoint": {"save_every": 3}},
+}
+
+
+@pytest.mark.parametrize("change", HOW_CHANGES, ids=list(HOW_CHANGES))
+def test_a_change_of_how_a_run_computes_resumes_a_stopped_run_and_leaves_a_finished_one(
+    change, stopped, uninterrupted, tiny_model, toy_data, tmp_path
+):  # fmt: skip
+    """Rerun under a change of how it computes (the workflow's --restart-on-change included), a stopped run resumes
+    from its last checkpoint, records the change (each key's old and new value, the step) and ends done; the
+    checkpoint cadence changes nothing of the result, so that run ends bitwise where the uninterrupted one does.
+    A finished run is left as it is."""
+    run, step = stopped
+    config = write_run_config(tmp_path / "how.yaml", tiny_model, toy_data, verifier={"workers": None},
+                              **HOW_CHANGES[change])  # fmt: skip
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    result = run_cli(config, out, "--restart-on-change")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumes from step {step} under a change of how it computes" in result.stdout
+    records = read_segments(out)
+    changed = next(r for r in records if r["event"] == "changed")
+    (key, (old, new)), = changed["keys"].items()
+    assert changed["step"] == step and key == flat(HOW_CHANGES[change])
+    assert old != new and records[records.index(changed) + 1]["step"] == step  # the next start resumes there
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(7))
+    assert json.loads((out / "trained.json").read_text())["step"] == 6
+    assert not superseded_dir(out).exists()
+    if change == "checkpoint cadence":
+        assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))
+    finished = tmp_path / "finished"
+    shutil.copytree(uninterrupted, finished)
+    before = {p: p.stat().st_mtime_ns for p in finished.rglob("*") if p.is_file()}
+    result = run_cli(config, finished, "--restart-on-change")
+    assert result.returncode == 0 and "finished at step 6; left as it is" in result.stdout, result.stdout
+    after = {p: p.stat().st_mtime_ns for p in finished.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def flat(change: dict, prefix: str = "") -> str:
+    """The one dotted key of a nested change."""
+    ((name, value),) = change.items()
+    return flat(value, f"{prefix}{name}.") if isinstance(value, dict) else f"{prefix}{name}"
+
+
+def test_a_change_of_what_a_run_computes_moves_the_old_run_aside_and_starts_again(stopped, tiny_model, toy_data,
+                                                                               tmp_path):  # fmt: skip
+    """β changed: refused without --restart-on-change, naming the key; with it (the workflow's), the run so far is
+    moved whole to RUN.superseded/<time>/, recorded (its step, size and place), and the run starts from step 0."""
+    run, step = stopped
+    beta = write_run_config(tmp_path / "beta.yaml", tiny_model, toy_data, verifier={"workers": None},
+                            algorithm={"name": "pacs", "options": {"beta": 2.0}})  # fmt: skip
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    refused = run_cli(beta, out)
+    assert refused.returncode == 2 and "keys that change what it computes: algorithm.options.beta" in refused.stderr
+    result = run_cli(beta, out, "--restart-on-change")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (aside,) = superseded_dir(out).iterdir()
+    assert f"the run so far (step {step}, " in result.stdout and str(aside) in result.stdout
+    assert ckpt.latest_checkpoint(aside / "checkpoints")[0] == step  # nothing of the old run deleted
+    assert [r["step"] for r in read_metrics(aside / "metrics.jsonl")][-1] == step
+    moved = next(r for r in read_segments(out) if r["event"] == "superseded")
+    assert (moved["step"], moved["keys"], moved["moved_to"]) == (step, ["algorithm.options.beta"], str(aside))
+    assert moved["bytes"] > 0
+    assert next(r for r in read_segments(out) if r["event"] == "start")["step"] == 0
+    assert json.loads((out / "trained.json").read_text())["step"] == 6
 
 
 def test_wandb_offline_and_retention(tiny_model, toy_data, tmp_path):
@@ -298,7 +402,7 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_the_next_attempt_r
     assert stopped[3]["teardown_s"] > 0
     assert ckpt.latest_checkpoint(out / "checkpoints")[0] == step  # saved at the step it stopped after
     assert [r["step"] for r in read_metrics(metrics)][-1] == step
-    result = run_cli(config, out, "--attempt", "2")
+    result = run_cli(config, out)
     assert result.returncode == 0, result.stderr
     assert [e["event"] for e in read_segments(out)][4:] == ["start", "stop", "exit"]
     assert_bitwise_equal(final_weights(out), final_weights(uninterrupted))

@@ -23,13 +23,14 @@ from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.ranks.memory import peak_memory, phase
 from pacs.runs import checkpoint as ckpt
 from pacs.runs import retention
-from pacs.runs.directory import check_run_dir, truncate_metrics
+from pacs.runs.directory import check_run_dir, mark_trained, truncate_metrics
 from pacs.runs.segments import JobOptions, Segment
 from pacs.tensors.batch import Batch, add_value_states, pad_columns, token_logprobs, token_values
 from pacs.train.sampling.generators import release_generators, schedule
 from pacs.train.sampling.rollouts import build_engine, check_logprob_gap, logprob_gap, take_rewards
 from pacs.train.sampling.staleness import RolloutSchedule
 from pacs.train.sampling.stats import heldout_accuracy, rollout_stats
+from pacs.train.settings.changes import changes_only_how
 from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
 from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
@@ -240,13 +241,15 @@ def train(
     check_sizes(config, env)
     if env.main:
         out.mkdir(parents=True, exist_ok=True)
-        check_run_dir(out, config, job.restart_on_change)
+        check_run_dir(out, config, job.restart_on_change, changes_only_how)  # a change of how: resumed, recorded
         ckpt.remove_partial(root)
     barrier(env)
     latest = retention.resume_point(root, env)
     start = latest[0] if latest else 0
     if start >= t.total_steps:
         release_generators(env, start)  # nothing for them to sample either
+        if env.main:
+            mark_trained(out, start)
         return {"status": "complete", "start_step": start, "final_step": start}
     needs = objective.needs(options)
     config, sizes = resolve_sizes(config, env, "ref_logprobs" in needs, objective.value_loss is not None,
@@ -331,4 +334,6 @@ def train(
         bar.close()
         worst = worst_case(config, models, env, engine) if job.worst_case and t.max_tokens_per_micro_batch else None
         segment.stop(t.total_steps, "done", worst)
+    if env.main:
+        mark_trained(out, t.total_steps)  # the workflow's output of the run's training
     return {"status": "trained", "start_step": start, "final_step": t.total_steps, "timed_out_steps": timed_out}
