@@ -126,6 +126,46 @@ def test_a_killed_evaluation_resumes_without_regenerating_finished_chunks(tiny_m
     pd.testing.assert_frame_equal(pd.read_parquet(live / "responses"), pd.read_parquet(whole / "responses"))
 
 
+def test_an_evaluation_stops_between_chunks_before_its_time_limit_and_the_next_job_samples_only_the_rest(
+    tiny_model, toy_data, tmp_path, monkeypatch, capsys
+):  # fmt: skip
+    """In a job whose end time is near (SLURM's, here by SLURM_JOB_END_TIME; each chunk 1 s longer by
+    PACS_CHUNK_DELAY_S), `pacs evaluate` stops before a chunk that would not end in time, its chunks kept, and exits
+    75; the next job samples only the missing chunks, no response twice, and ends where one job does. A job that
+    starts while a stop is asked (`pacs stop`) samples nothing; a SIGTERM or Ctrl-C stops it after its chunk."""
+    from pacs.eval.deadline import Deadline, Stopped
+    from pacs.stop import STOP, request_stop
+
+    data, flags = toy_data / "heldout.parquet", ["--engine", "hf", "--n", 2, "--limit", 40, "--chunk-problems", 10,
+                                                 *TOY_FLAGS]  # fmt: skip
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert evaluate(tiny_model, data, whole, *flags) == 0
+    monkeypatch.setenv("PACS_CHUNK_DELAY_S", "1")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(__import__("time").time() + 4))
+    assert evaluate(tiny_model, data, split, *flags) == 75
+    assert "stopped before its next chunk (time limit) after" in capsys.readouterr().out
+    parts = {p.name: p.read_bytes() for p in (split / "responses").glob("part_*")}
+    assert 1 <= len(parts) < 4 and not (split / "metrics.json").exists()
+    monkeypatch.delenv("SLURM_JOB_END_TIME")
+    request_stop(tmp_path)
+    assert evaluate(tiny_model, data, split, *flags, "--stop-file", tmp_path / STOP) == 75
+    assert "(a stop asked by" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in (split / "responses").glob("part_*")} == parts  # nothing sampled
+    assert evaluate(tiny_model, data, split, *flags) == 0
+    metrics = read_metrics(split)
+    assert (metrics["throughput"]["parts_reused"], metrics["throughput"]["parts_generated"]) == (len(parts),
+                                                                                                4 - len(parts))
+    for name, content in parts.items():  # the chunks of the first job, as it wrote them
+        assert (split / "responses" / name).read_bytes() == content
+    pd.testing.assert_frame_equal(pd.read_parquet(split / "responses"), pd.read_parquet(whole / "responses"))
+    with Deadline() as deadline:
+        deadline.check()
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(Stopped, match="signal SIGTERM"):
+            deadline.check()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_an_evaluation_is_a_wandb_run_of_its_own_that_a_rerun_replaces(
     tiny_model, toy_data, tmp_path, monkeypatch, capsys
 ):

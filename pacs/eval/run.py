@@ -12,7 +12,9 @@ the program run on the row's tests in the sandbox (``eval.code``), or the letter
 line against the gold letter (``pacs.verify.choice``; ``extracted`` holds the letter); one task per file.
 
 Chunks are generated in order and each is written as soon as it is scored: a killed evaluation, run
-again, generates only the missing chunks; a finished one only recomputes its metrics.
+again, generates only the missing chunks; a finished one only recomputes its metrics. With a ``Deadline``
+(pacs.eval.deadline), the evaluation stops between chunks before its job's time limit, on a stop asked, or on a
+signal, and the next job samples what is missing.
 
 Several evaluations of one model in one process (``pacs evaluate --suite``, pacs.eval.suite) share a ``Kept``:
 the engine while the next evaluation would build the same one, and a verifier pool per distinct setting.
@@ -32,6 +34,7 @@ from pacs import collector
 from pacs.config import config_changes, pin_config, to_dict
 from pacs.data.schema import frame_task, prompt_token_ids, read_prepared
 from pacs.eval.config import RESUMABLE_KEYS, EvalConfig
+from pacs.eval.deadline import Deadline
 from pacs.eval.greedy import score_completions
 from pacs.eval.metrics import eval_metrics
 from pacs.io import atomic_write_json, atomic_write_parquet, parquet_metadata
@@ -183,17 +186,18 @@ def load_tokenizer(model: str, chat_template: str | None = None):
 
 
 def evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None] = print,
-             restart: bool = False, kept: Kept | None = None) -> dict:  # fmt: skip
+             restart: bool = False, kept: Kept | None = None, deadline: Deadline | None = None) -> dict:  # fmt: skip
     """Generate what ``out`` is missing, then write and return ``metrics.json``'s content. With ``restart``,
     an ``out`` holding an evaluation under another config is emptied first instead of refused. ``kept``: the
     engine and pools of earlier evaluations in this process, kept for later ones (else this call's own). ``out``
-    has one writer at a time (pacs.writer_lock): another process evaluating into it is refused at once."""
+    has one writer at a time (pacs.writer_lock): another process evaluating into it is refused at once. ``deadline``:
+    when to stop between chunks (``pacs.eval.deadline.Stopped``, the chunks so far kept)."""
     with sole_writer(out, "pacs evaluate"):
-        return _evaluate(model, data, Path(out), config, log, restart, kept)
+        return _evaluate(model, data, Path(out), config, log, restart, kept, deadline)
 
 
 def _evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callable[[str], None], restart: bool,
-              kept: Kept | None) -> dict:  # fmt: skip
+              kept: Kept | None, deadline: Deadline | None) -> dict:  # fmt: skip
     problems = read_prepared(data)
     task = frame_task(problems, str(data))
     if config.limit is not None:
@@ -220,9 +224,13 @@ def _evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callab
     log(f"{len(chunks)} chunks of up to {size} problems × {config.n} samples; {len(chunks) - len(todo)} done")
     run_info = {"parts_generated": len(todo), "parts_reused": len(chunks) - len(todo), "engine_start_s": 0.0}
     if todo:
+        deadline = deadline or Deadline()
+        for c in set(range(len(chunks))) - set(todo):  # what the chunks written before took
+            info = parquet_metadata(out / "responses" / PART.format(c))
+            deadline.measured(info.get("chunk_s", info.get("generate_s", 0.0)))
         with closing(Kept()) if kept is None else nullcontext(kept) as engines:
             run_info["engine_start_s"] = generate_missing(model, chunks, todo, out, config, engine_kind, task, engines,
-                                                          log)  # fmt: skip
+                                                          log, deadline)  # fmt: skip
     responses, infos = read_responses(out, [len(c) for c in chunks], config.n)
     metrics = {
         "model": model_id,
@@ -239,8 +247,10 @@ def _evaluate(model: str, data: Path, out: Path, config: EvalConfig, log: Callab
 
 
 def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], out: Path, config: EvalConfig,
-                     engine_kind: str, task: str, kept: Kept, log: Callable[[str], None]) -> float:  # fmt: skip
-    """Sample, score and write the chunks in ``todo``; returns the engine's start-up seconds (0 if kept)."""
+                     engine_kind: str, task: str, kept: Kept, log: Callable[[str], None],
+                     deadline: Deadline) -> float:  # fmt: skip
+    """Sample, score and write the chunks in ``todo``, each once ``deadline`` lets it start; returns the engine's
+    start-up seconds (0 if kept)."""
     tokenizer = load_tokenizer(model, config.chat_template)
     prompts = [prompt_token_ids(tokenizer, chunk["prompt"], config.chat_template_kwargs) for chunk in chunks]
     # the pool first: a required isolation (eval.code.isolation) that this machine lacks fails before the model loads
@@ -251,6 +261,7 @@ def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], ou
         lambda: build_engine(engine_kind, model, tokenizer, config, longest),
     )
     for c in todo:
+        deadline.check()
         params = SamplingParams(config.n, config.temperature, config.top_p, config.max_tokens,
                                 seed=eval_seed(config.seed, c))  # fmt: skip
         start = time.perf_counter()
@@ -259,9 +270,11 @@ def generate_missing(model: str, chunks: list[pd.DataFrame], todo: list[int], ou
         golds = [str(g) for g in chunks[c]["ground_truth"]]
         verdicts = score_completions(golds, completions, pool.score, task)
         frame = response_frame(chunks[c], completions, verdicts, task)
-        info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum())}
+        info = {"generate_s": seconds, "engine": engine_kind, "tokens": int(frame["response_tokens"].sum()),
+                "chunk_s": time.perf_counter() - start}  # fmt: skip
         atomic_write_parquet(out / "responses" / PART.format(c), frame, info)
         log(f"chunk {c + 1}/{len(chunks)}: {len(frame)} samples in {seconds:.1f} s")
+        deadline.chunk_done(info["chunk_s"])
     return engine_start_s
 
 

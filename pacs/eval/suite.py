@@ -13,7 +13,8 @@ chunk by chunk, metrics recomputed) and written as a wandb run of its own (pacs.
 ``OUT/evaluations.json`` lists them, written last: the workflow's output of an evaluation job, one per model or
 checkpoint. The process starts once (torch, transformers, the wandb service) and the engine and the verifier pools
 are kept from one benchmark to the next where their settings allow (pacs.eval.run.Kept). Every settings file is
-read before the first sample: a bad one fails the job at once, naming its file.
+read before the first sample: a bad one fails the job at once, naming its file. A job stopped between chunks
+(pacs.eval.deadline) keeps every benchmark it finished and the chunks of the one it was in.
 """
 
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from pacs.config import read_yaml
 from pacs.eval.config import EvalConfig
+from pacs.eval.deadline import Deadline
 from pacs.eval.run import Kept, evaluate
 from pacs.eval.wandb_run import log_evaluation
 from pacs.io import atomic_write_json
@@ -63,7 +65,8 @@ def read_suite(path: Path) -> dict[str, Entry]:
 
 
 def evaluate_suite(model: str, suite: dict[str, Entry], configs: dict[str, EvalConfig], out: Path, wandb: dict,
-                   restart: bool = False, log: Callable[[str], None] = print) -> dict:  # fmt: skip
+                   restart: bool = False, log: Callable[[str], None] = print,
+                   deadline: Deadline | None = None) -> dict:  # fmt: skip
     """Evaluate ``model`` on every benchmark of ``suite`` (``configs``: each one's resolved settings) into
     ``out/<name>``, each a wandb run (``wandb``: mode, project, group); then write and return ``out/evaluations.json``:
     ``{"model", "benchmarks": {name: {"metrics", "pass_at_k": {k: mean}, "wandb"}}}``."""
@@ -72,7 +75,9 @@ def evaluate_suite(model: str, suite: dict[str, Entry], configs: dict[str, EvalC
         for name, entry in suite.items():
             log(f"{name}: {entry.data}")
             with sole_writer(out / name, "pacs evaluate"):  # the evaluation and its wandb run
-                metrics = evaluate(model, entry.data, out / name, configs[name], log, restart, kept)
+                metrics = evaluate(model, entry.data, out / name, configs[name], log, restart, kept, deadline)
+                if deadline is not None:
+                    deadline.interrupted()
                 logged = log_evaluation(metrics, out / name, wandb["mode"], wandb.get("project", "pacs"),
                                         wandb.get("group"), entry.wandb_name, entry.wandb_config)  # fmt: skip
             passk = {k: v["mean"] for k, v in metrics["pass_at_k"].items()}
