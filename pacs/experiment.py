@@ -9,6 +9,7 @@ same runs), answered in one place so that the workflow, ``pacs plan`` and the pr
 """
 
 import dataclasses
+from pathlib import Path
 
 from pacs.config import ConfigError, from_dict, to_dict
 from pacs.eval.config import EvalConfig
@@ -377,10 +378,53 @@ def diversity_jobs(config: dict, runs: dict) -> list[dict]:
     return jobs
 
 
+def check_slurm_extra(config: dict) -> None:
+    """Each ``resources.<kind>.slurm_extra``: an option the SLURM executor sets itself (it would refuse the job
+    inside its submission thread, where Snakemake then waits forever) or a warning signal other than SIGTERM (SLURM
+    sends ``--signal`` to every process of a job's step, the Snakemake there among them, which any other signal
+    ends before pacs has saved) is an error naming the key."""
+    import re
+
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:  # no SLURM executor: nothing submits these options
+        forbidden = {}
+    else:
+        forbidden = get_forbidden_slurm_options()
+    for kind, spec in (config.get("resources") or {}).items():
+        extra = (spec or {}).get("slurm_extra") or ""
+        where = f"config: resources.{kind}.slurm_extra {extra!r}"
+        for pattern, name in forbidden.items():
+            if re.search(pattern, extra):
+                raise ConfigError(f"{where}: the SLURM executor sets the {name} itself; use the resources key for it "
+                                  "(runtime, mem_mb, cpus_per_task, constraint, qos, slurm_partition, slurm_account, "
+                                  "nodes)")  # fmt: skip
+        for signal in re.findall(r"--signal[= ](\S+)", extra):
+            if not re.fullmatch(r"(R:)?(TERM|SIGTERM|15)(@\d+)?", signal):
+                raise ConfigError(f"{where}: --signal={signal}: SLURM sends it to every process of the job's step, "
+                                  "the Snakemake inside it among them, which any signal but TERM ends before pacs has "
+                                  "saved; use --signal=TERM@SECONDS, or none "
+                                  '(docs/cluster.md, "7. Run everything, and keep it running")')  # fmt: skip
+
+
+# the caches a job fills, each in a directory of its own under cache_dir (variable -> subdirectory)
+CACHES = {"PIP_CACHE_DIR": "pip", "HF_HOME": "huggingface", "TRITON_CACHE_DIR": "triton",
+          "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm", "XDG_CACHE_HOME": "xdg"}  # fmt: skip
+
+
+def cache_environment(config: dict, environ) -> dict[str, str]:
+    """The cache variables the workflow sets for every job from ``cache_dir`` (those ``environ`` does not set)."""
+    root = config.get("cache_dir")
+    if not root:
+        return {}
+    root = Path(root).expanduser().absolute()
+    return {var: str(root / sub) for var, sub in CACHES.items() if not environ.get(var)}
+
+
 def plan(config: dict, runs: dict | None = None):
     """The experiment's ``pacs.plan.Plan`` (memory, tokens, FLOPs and hours of every job), with the
     measurements of every preflight that ran under the current config in place of the default constants."""
-    from pacs.plan.jobs import plan_experiment
+    from pacs.plan.whole import plan_experiment
 
     runs = run_configs(config) if runs is None else runs
     settings = evaluation_settings(config, runs)
@@ -388,11 +432,15 @@ def plan(config: dict, runs: dict | None = None):
               for e in evaluations(config, runs)]  # fmt: skip
     models = {m: (spec, f"config: models.{m}") for m, spec in config["models"].items()}
     models |= {m: (spec, f"config: released.{m}") for m, spec in released(config).items()}
-    estimated = plan_experiment(config, runs, priced, models)
-    measured = measured_preflights(config, preflight_specs(config, runs, estimated))
-    if not measured:
-        return estimated
-    return plan_experiment(config, runs, priced, models, measured)
+    from pacs.runs.directory import superseded_bytes
+
+    aside = superseded_bytes(Path(results_dir(config)) / "runs")  # runs moved aside by a change of what they compute
+    estimated = plan_experiment(config, runs, priced, models, superseded_bytes=aside)
+    specs = preflight_specs(config, runs, estimated)
+    measured = measured_preflights(config, specs)
+    plan = plan_experiment(config, runs, priced, models, measured, aside) if measured else estimated
+    plan.preflights = {shape: spec["name"] for shape, spec in specs.items()}
+    return plan
 
 
 # what a preflight of a run does not depend on: runs differing only in these share one (its spec has the
@@ -464,8 +512,6 @@ def preflight_of(specs: dict[str, dict]) -> dict[tuple[str, str], str]:
 def measured_preflights(config: dict, specs: dict[str, dict]) -> dict[str, dict]:
     """``{training job name: preflight.json}`` of every preflight that passed under a spec of the current key."""
     import json
-    from pathlib import Path
-
     out = {}
     for shape, spec in specs.items():
         path = Path(preflight_dir(config, shape)) / "preflight.json"

@@ -96,6 +96,46 @@ def test_the_guide_and_readme_cluster_commands_dry_run_with_the_guide_s_settings
     assert target["evaluate_model"] == 1 and target["train_policy"] == 1, target
 
 
+def asked_runtimes(output: str, rule: str) -> dict[str, int]:
+    """{wildcards: runtime in minutes} of each ``rule`` job in a dry run's listing."""
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", output)
+    return {re.search(r"wildcards: (.*)", b).group(1): int(re.search(r"[ ,]runtime=(\d+)", b).group(1))
+            for b in blocks if b.startswith(f"rule {rule}:")}  # fmt: skip
+
+
+@pytest.mark.parametrize("paper, gpu", [("config/config.yaml", "h100"), ("config/paper_v2.yaml", "h200")])
+def test_every_preflight_asks_slurm_for_the_time_the_plan_says_it_needs(site, paper, gpu):
+    """`snakemake -n --profile slurm preflight` with the guide's settings file (v2 on its h200): each preflight asks
+    SLURM for at least its start-up and preflight.steps steps at the plan's longest, and for what the plan says it
+    needs in all (the worst case, a checkpoint, the evaluation chunk) × plan.runtime_margin, within max_runtime; a
+    limit too short for that is refused before anything runs, naming the keys."""
+    from pacs import experiment
+    from pacs.cli.common import workflow_config
+    from pacs.plan.jobs import startup_seconds
+    from pacs.plan.whole import longest_step_seconds
+
+    root, env = site
+    (root / "gpu.yaml").write_text(f"plan: {{gpu: {gpu}}}\n")
+    files = [paper, SETTINGS, "gpu.yaml"]
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", "preflight", "--configfile",
+                           *files], cwd=root, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    asked = asked_runtimes(done.stdout, "preflight_job")
+    plan = experiment.plan(workflow_config([root / f for f in files]))
+    assert len(asked) == len(plan.preflights) == 6, asked
+    for shape, name in plan.preflights.items():
+        job, cal = plan.job(name), plan.calibration
+        least = startup_seconds(job, cal) + plan.preflight_steps * longest_step_seconds(job, cal)
+        assert asked[f"shape={shape}"] * 60 >= least * plan.settings.runtime_margin, (shape, asked, least)
+        assert asked[f"shape={shape}"] == min(job.max_runtime, 10 * -(-job.preflight_s * 1.5 // 600)), shape
+    (root / "short.yaml").write_text("resources: {train: {max_runtime: 60}}\n")
+    refused = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", "preflight",
+                              "--configfile", *files, "short.yaml"], cwd=root, env=env, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    assert refused.returncode != 0 and "its preflight needs" in refused.stderr
+    assert "change preflight.steps" in refused.stderr and "resources.train.max_runtime 60 min" in refused.stderr
+
+
 def rule_edges(mermaid: str) -> set[tuple[str, str]]:
     """The edges of a mermaid flowchart, by rule name: Snakemake's ``idN[name]`` nodes or plain names, chains
     ``a --> b --> c`` as their links."""

@@ -215,3 +215,20 @@ def test_a_bad_released_model_restriction_or_include_is_an_error_naming_its_key(
         runs = experiment.run_configs(config)
         experiment.evaluations(config, runs)
         experiment.diversity_jobs(config, runs)
+
+
+def test_site_settings_caches_and_sbatch_options_the_executor_would_refuse():
+    """cache_dir places every job's caches where the environment does not already; slurm_extra refuses what the SLURM
+    executor sets itself (which it would refuse in its submission thread, where Snakemake then waits forever) and a
+    warning signal other than TERM, naming the key; constraint and qos are resources of their own."""
+    assert experiment.cache_environment(tiny(), {}) == {}
+    caches = experiment.cache_environment(tiny(cache_dir="/shared/cache"), {"HF_HOME": "/staged/hf"})
+    assert caches["PIP_CACHE_DIR"] == "/shared/cache/pip" and caches["VLLM_CACHE_ROOT"] == "/shared/cache/vllm"
+    assert caches["TRITON_CACHE_DIR"] == "/shared/cache/triton" and "HF_HOME" not in caches  # the user's stands
+    experiment.check_slurm_extra(tiny(resources={"train": {"slurm_extra": "--exclusive --signal=TERM@600",
+                                                            "qos": "long", "constraint": "h100"}}))  # fmt: skip
+    for extra, named in (("--qos=high", "quality of service"), ("-C h100", "node constraints"),
+                         ("--time=10", "runtime/time limit"), ("--signal=USR1@600", "--signal=USR1@600"),
+                         ("--signal=B:TERM@60", "--signal=B:TERM@60")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"resources.evaluate.slurm_extra .*{named}"):
+            experiment.check_slurm_extra(tiny(resources={"evaluate": {"slurm_extra": extra}}))

@@ -294,6 +294,40 @@ def test_the_paper_plan_under_a_time_limit_and_a_disk_quota(tmp_path, capsys):
     assert "| segments | disk peak (GB) |" in capsys.readouterr().out
 
 
+def test_evaluations_under_a_time_limit_a_preemption_s_cost_and_superseded_runs(tmp_path, monkeypatch):
+    """An evaluation job longer than resources.evaluate.max_runtime is started again by SLURM (each start's
+    start-up, then chunks) and asks for the limit; one whose single chunk cannot fit after a start-up is an error
+    naming chunk_problems. A preemption without warning costs at most checkpoint.save_every mean steps. Runs moved
+    aside by a change of what they compute count in the disk figure and its quota until deleted."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    plan = experiment.plan(experiment.merged(config, {"resources": {"evaluate": {"max_runtime": 60}}}))
+    cal = plan.calibration
+    suite = [j.name for j in plan.jobs if j.name.startswith("evaluate/qwen2.5-7b/pacs/step_000300/")]
+    needed = sum(plan.job(n).seconds for n in suite) - (len(suite) - 1) * cal.startup_s
+    starts = math.ceil((needed - cal.startup_s) * 1.5 / (3600 - cal.startup_s))
+    assert plan.segments(*suite) == starts > 1 and plan.runtime_minutes(*suite) == 60 and plan.errors == []
+    assert f"| evaluate_model | qwen2.5-7b/pacs/step_000300 | {needed / 60:.0f} | 60 | 60 | {starts} | - |" in \
+        format_plan(plan)  # fmt: skip
+    chunk = max(plan.job(n).chunk_s for n in suite)
+    tight = experiment.plan(experiment.merged(config, {"resources": {"evaluate": {"max_runtime": math.ceil(
+        (cal.startup_s + chunk) / 60)}}}))  # fmt: skip
+    assert any("lower chunk_problems (data.benchmarks." in e and "or raise resources.evaluate.max_runtime" in e
+               for e in tight.errors), tight.errors  # fmt: skip
+    ppo = plan.job("train/qwen2.5-7b/ppo")
+    lost = plan.preemption_minutes(ppo.name)
+    assert lost == pytest.approx(20 * (ppo.seconds - cal.startup_s) / 300 / 60)
+    assert f"| train_policy | qwen2.5-7b/ppo | {ppo.seconds / 60:.0f} |" in format_plan(plan)
+    assert f"| {lost:.0f} (20 steps) |" in format_plan(plan)
+    monkeypatch.chdir(tmp_path)  # results/paper/ here
+    aside = tmp_path / "results/paper/runs/qwen2.5-7b/pacs.superseded/20261201T000000/checkpoints"
+    aside.mkdir(parents=True)
+    (aside / "model.safetensors").write_bytes(b"0" * 3_000_000)
+    moved = experiment.plan(config)
+    assert moved.superseded_bytes == 3_000_000 and moved.disk_bytes == experiment.plan(
+        yaml.safe_load((REPO / "config/config.yaml").read_text()) | {"name": "elsewhere"}).disk_bytes + 3_000_000
+    assert "of them 0.0 GB are runs moved aside by a change of what they compute" in format_plan(moved)
+
+
 def test_plan_settings_are_checked():
     with pytest.raises(ConfigError, match="plan.runtime_margn"):
         experiment.plan(tiny_config(plan={"runtime_margn": 2}))

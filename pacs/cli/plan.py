@@ -14,23 +14,17 @@ def add_parser(verbs) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from snakemake.utils import validate
-
     from pacs import experiment
-    from pacs.config import read_yaml
+    from pacs.cli.common import workflow_config
     from pacs.io import atomic_write_text
     from pacs.plan.markdown import format_plan
 
-    config = {}
-    for path in args.configs:  # later files override earlier ones key by key, as snakemake --configfile does
-        config = experiment.merged(config, read_yaml(path))
-    validate(config, str(Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml"))
-    plan = experiment.plan(config)
+    plan = experiment.plan(workflow_config(args.configs))
     text = format_plan(plan)
     print(text, end="")
     if args.out:
         atomic_write_text(args.out, text)
     if plan.errors:
-        print(f"pacs plan: {len(plan.errors)} job(s) do not fit their GPU (above)", file=sys.stderr)
+        print(f"pacs plan: {len(plan.errors)} job(s) cannot run as configured (above)", file=sys.stderr)
         return 1
     return 0

@@ -18,14 +18,14 @@ share of the problems' samples.
 """
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pacs.algorithms.options import get_algorithm
-from pacs.config import ConfigError, from_dict
+from pacs.config import from_dict
 from pacs.data.toy import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.decode import decode_seconds, generation_seconds, spread
-from pacs.plan.disk import checkpoint_bytes, run_disk_bytes
+from pacs.plan.disk import checkpoint_bytes
 from pacs.plan.fit import AUTO, Fit, fit_sizes, is_auto, usable_bytes
 from pacs.plan.memory import DTYPE_BYTES, PHASES, dims, evaluation_memory, training_memory
 from pacs.plan.overlap import splits
@@ -80,6 +80,11 @@ class Job:
     limit: int | None = None  # training: the bytes per GPU its phases must plan within (pacs.plan.fit.usable_bytes)
     # training on 2 GPUs or more: the colocated step, then each split into generator and trainer GPUs
     splits: list = field(default_factory=list)
+    steps: int = 0  # training: its steps
+    save_every: int = 0  # training: steps between checkpoints (what a preemption without warning may cost)
+    # seconds of one evaluation chunk (evaluate: its own; train: the heaviest chunk its preflight evaluates)
+    chunk_s: float | None = None
+    preflight_s: float | None = None  # training: what its preflight needs (``preflight_seconds``)
 
     @property
     def peak_bytes(self) -> int:
@@ -97,8 +102,8 @@ class Job:
         return whole if self.max_runtime is None else min(whole, self.max_runtime)
 
     def segments(self, margin: float, startup_s: float, checkpoint_s: float) -> int:
-        """Consecutive jobs the run needs under ``max_runtime``: each starts up, trains, and writes one
-        checkpoint more when it stops."""
+        """Starts of the job under ``max_runtime`` (SLURM starts it again after each stop before its limit): each
+        starts up, works, and (training) writes one checkpoint more when it stops."""
         if self.seconds is None or self.max_runtime is None:
             return 1
         usable = self.max_runtime * 60 - startup_s - margin * checkpoint_s
@@ -166,6 +171,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
     job.fit, job.auto, job.layers = fit, auto, d["layers"]
+    job.steps, job.save_every = steps, run["checkpoint"]["save_every"]
     job.limit = usable_bytes(run["trainer"], cal.memory_bytes, cal)
 
     def modeled(mean: float) -> float:  # seconds of one step, responses of mean length ``mean``
@@ -251,7 +257,7 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
                       f"{cal.memory_headroom:.0%}, or {keys}.trainer.memory_limit_gb)")  # fmt: skip
             job.errors.append(f"{job.name}: the {phase} phase needs {gb(total)} per GPU ({listed}), more than the "
                               f"{usable}; change {memory_fixes(parts, keys)}")  # fmt: skip
-    _check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
+    check_kv(job, f"{keys}.rollout.vllm.gpu_memory_utilization or {keys}.rollout.max_response_length")
 
 
 # an evaluation holding fewer sequences at once is bound by memory bandwidth (every decoding step reads all the
@@ -259,100 +265,13 @@ def check_training(job: Job, cal: Calibration, keys: str) -> None:
 MIN_EVAL_SEQUENCES = 8
 
 
-def _check_kv(job: Job, keys: str, fewest: int = 1) -> None:
+def check_kv(job: Job, keys: str, fewest: int = 1) -> None:
     kv = job.memory.get("kv_cache")
     if job.gpus and kv and kv["cache"] < fewest * kv["per_sequence"]:
         what = "one sequence" if fewest == 1 else f"the {fewest} sequences at once an evaluation needs to run at speed"
         job.errors.append(f"{job.name}: vLLM's share holds {gb(max(kv['cache'], 0))} of KV cache after its "
                           f"{gb(kv['weights'])} of weights per GPU, less than {what} of {kv['max_model_len']} "
                           f"tokens ({gb(kv['per_sequence'])} each); change {keys}")  # fmt: skip
-
-
-@dataclass
-class Plan:
-    jobs: list[Job]
-    calibration: Calibration
-    settings: PlanSettings
-
-    @property
-    def errors(self) -> list[str]:
-        return [e for j in self.jobs for e in j.errors]
-
-    def job(self, name: str) -> Job:
-        return next(j for j in self.jobs if j.name == name)
-
-    def runtime_minutes(self, *names: str) -> int | None:
-        """The SLURM runtime of one job that does the named jobs one after the other (an evaluation job: its
-        benchmarks)."""
-        jobs = [self.job(name) for name in names]
-        seconds = None if any(j.seconds is None for j in jobs) else sum(j.seconds for j in jobs)
-        return replace(jobs[0], seconds=seconds).runtime_minutes(self.settings.runtime_margin)
-
-    def segments(self, name: str) -> int:
-        job = self.job(name)
-        cal = self.calibration
-        return job.segments(self.settings.runtime_margin, startup_seconds(job, cal), checkpoint_seconds(job, cal))
-
-    @property
-    def disk_bytes(self) -> int:
-        """Every run's peak disk together: the most the experiment holds if its runs train at once."""
-        return sum(j.disk.get("peak", 0) for j in self.jobs)
-
-
-def plan_experiment(config: dict, runs: dict, evaluations: list[dict], models: dict[str, tuple[dict, str]],
-                    measured: dict | None = None) -> Plan:  # fmt: skip
-    """The plan of what a workflow config describes (pacs.experiment.plan gives it): ``runs`` {(model, method):
-    resolved run config}; ``evaluations``, each with its resolved evaluation config (``settings``) and its GPUs
-    (``gpus``: a released model's own, method "released"); ``models`` {name: (spec, its config key)}, the trained
-    and the released; ``measured`` {training job name: its preflight.json}."""
-    from pacs.models.shapes import model_shape
-    from pacs.plan.calibration import load_calibration
-
-    settings = from_dict(PlanSettings, config.get("plan") or {}, "config: plan")
-    if settings.gpu and settings.calibration:
-        raise ConfigError("config: plan.gpu and plan.calibration both name a GPU; set one")
-    cal = load_calibration(settings.calibration, settings.gpu)
-    shapes = {m: model_shape(spec, where) for m, (spec, where) in models.items()}
-    resources = config["resources"]
-
-    def gpus(kind: str) -> int:
-        return int({**resources.get("default", {}), **resources.get(kind, {})}.get("gpu") or 0)
-
-    jobs = []
-    max_runtime = {**resources.get("default", {}), **resources.get("train", {})}.get("max_runtime")
-    for (model, method), run in runs.items():
-        name = f"train/{model}/{method}"
-        job = plan_training(name, shapes[model], run, gpus("train"), settings, cal, (measured or {}).get(name))
-        check_training(job, cal, f"train (or methods.{method}.train)")
-        kept = {e["step"] for e in evaluations if (e["model"], e["method"]) == (model, method)}
-        job.disk = run_disk_bytes(job.checkpoint, run, sorted(kept | set(run["checkpoint"]["keep_weights"] or ())))
-        job.max_runtime = max_runtime
-        if job.segments(settings.runtime_margin, startup_seconds(job, cal), checkpoint_seconds(job, cal)) == 0:
-            job.errors.append(f"{job.name}: resources.train.max_runtime {max_runtime} min leaves no time to train "
-                              f"after the job's startup ({startup_seconds(job, cal):.0f} s) and a checkpoint "
-                              f"({checkpoint_seconds(job, cal):.0f} s); raise it")  # fmt: skip
-        jobs.append(job)
-    for e in evaluations:
-        bench = config["data"]["benchmarks"][e["benchmark"]]
-        known = bench.get("problems") or PROBLEMS.get(e["benchmark"])
-        if not bench.get("limit") and not known:
-            raise ConfigError(f"config: data.benchmarks.{e['benchmark']}: the plan needs its number of problems; "
-                              "set its problems (or limit)")  # fmt: skip
-        problems = min(bench.get("limit") or known, known or math.inf)
-        name = f"evaluate/{e['model']}/{e['method']}/step_{e['step']:06d}/{e['benchmark']}"
-        job = plan_evaluation(name, shapes[e["model"]], e["settings"], problems, e["gpus"], settings, cal)
-        keys = (f"released.{e['model']}.tensor_parallel_size (or eval.settings.vllm.gpu_memory_utilization, "
-                "plan.gpu)" if e["method"] == "released" else "eval.settings.vllm.gpu_memory_utilization (or "
-                ".tensor_parallel_size with more resources.evaluate.gpu)")  # fmt: skip
-        _check_kv(job, f"{keys} or eval.settings.max_tokens", MIN_EVAL_SEQUENCES)
-        jobs.append(job)
-    plan = Plan(jobs, cal, settings)
-    if settings.disk_quota is not None and plan.disk_bytes > settings.disk_quota * 1e9:
-        jobs[0].errors.append(f"the experiment's checkpoints peak at {gb(plan.disk_bytes)}, more than "
-                              f"plan.disk_quota ({settings.disk_quota:.0f} GB); change train.checkpoint.save_every, "
-                              "train.checkpoint.keep_resumable, eval.checkpoints or eval.every (the steps whose "
-                              "weights are kept), or run fewer models or methods at once")  # fmt: skip
-    return plan
 
 
 def checkpoint_seconds(job: Job, cal: Calibration) -> float:

@@ -2,8 +2,9 @@
 micro-batch sizes resolved for the GPU, and each distinct training job's memory by component."""
 
 from pacs.plan.calibration import Calibration
-from pacs.plan.jobs import Job, Plan, gb
+from pacs.plan.jobs import Job, gb
 from pacs.plan.overlap import format_overlap
+from pacs.plan.whole import Plan
 
 
 def train_mfu(cal: Calibration) -> str:
@@ -28,6 +29,45 @@ def format_fits(jobs: list[Job]) -> list[str]:
     return lines
 
 
+def minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.0f}"
+
+
+def format_runtimes(plan: Plan) -> list[str]:
+    """Per rule, each GPU job's SLURM runtime beside what the plan says it needs, how many times SLURM starts it
+    under its limit, and what a preemption without warning costs a training run."""
+    margin, cal = plan.settings.runtime_margin, plan.calibration
+    rows = []
+    for shape, name in plan.preflights.items():
+        job = plan.job(name)
+        if job.gpus:
+            asked = plan.preflight_minutes(name) or "-"
+            rows.append(f"| preflight_job | {shape} | {minutes(job.preflight_s)} | {asked} | {job.max_runtime or '-'} "
+                        "| 1 | - |")  # fmt: skip
+    for job in (j for j in plan.jobs if j.kind == "train" and j.seconds is not None):
+        lost = plan.preemption_minutes(job.name)
+        rows.append(f"| train_policy | {job.name.removeprefix('train/')} | {minutes(job.seconds)} | "
+                    f"{job.runtime_minutes(margin)} | {job.max_runtime or '-'} | {plan.segments(job.name)} | "
+                    f"{lost:.0f} ({job.save_every} steps) |")  # fmt: skip
+    suites: dict[str, list[str]] = {}
+    for job in (j for j in plan.jobs if j.kind == "evaluate" and j.seconds is not None):
+        suites.setdefault(job.name.rsplit("/", 1)[0], []).append(job.name)
+    for suite, names in suites.items():
+        needed = sum(plan.job(n).seconds for n in names) - (len(names) - 1) * cal.startup_s
+        rows.append(f"| evaluate_model | {suite.removeprefix('evaluate/')} | {minutes(needed)} | "
+                    f"{plan.runtime_minutes(*names)} | {plan.job(names[0]).max_runtime or '-'} | "
+                    f"{plan.segments(*names)} | - |")  # fmt: skip
+    if not rows:
+        return []
+    return ["", "What each GPU job asks SLURM for (minutes): it needs the plan's time; it asks for that × "
+            f"plan.runtime_margin ({margin:g}), rounded up to 10 minutes, within max_runtime (the partition's limit); "
+            "past it, it stops in time and SLURM starts it again (starts). A preemption that gives no warning loses "
+            "at most the steps since the last checkpoint (checkpoint.save_every); one announced by SIGTERM with time "
+            "for the step in flight loses nothing.",
+            "", "| rule | job | needs | asks for | max_runtime | starts | lost at a preemption without warning |",
+            "|---|---|---|---|---|---|---|", *rows]  # fmt: skip
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as Markdown: one row per job, totals, and each distinct training job's memory by component."""
     margin = plan.settings.runtime_margin
@@ -44,7 +84,7 @@ def format_plan(plan: Plan) -> str:
         longest = "-" if j.seconds_longest is None else f"{j.seconds_longest / 3600:.2f}"
         gpu_hours = "-" if j.gpu_hours is None else f"{j.gpu_hours:.1f}"
         runtime = j.runtime_minutes(margin) or "-"
-        segments = plan.segments(j.name) if j.kind == "train" and j.seconds is not None else "-"
+        segments = plan.segments(j.name) if j.seconds is not None else "-"
         disk = f"{j.disk['peak'] / 1e9:.0f}" if j.disk else "-"
         lines.append(f"| {j.name} | {j.gpus} | {j.peak_bytes / 1e9:.2f} | {j.generated_tokens:.3g} | "
                      f"{j.trained_tokens:.3g} | {j.flops / 1e15:.3g} | {hours} | {longest} | {gpu_hours} | "
@@ -57,8 +97,12 @@ def format_plan(plan: Plan) -> str:
               f"maximum length: {sum(j.seconds_longest * j.gpus / 3600 for j in timed if j.seconds_longest):.0f} "
               "training GPU-hours.",
               "", f"Disk: checkpoints peak at {gb(plan.disk_bytes)} if every run trains at once, and "
-              f"{gb(sum(j.disk.get('final', 0) for j in plan.jobs))} stay when all are done"
-              + (f" (plan.disk_quota {quota:.0f} GB)." if (quota := plan.settings.disk_quota) else ".")]  # fmt: skip
+              f"{gb(sum(j.disk.get('final', 0) for j in plan.jobs) + plan.superseded_bytes)} stay when all are done"
+              + (f" (plan.disk_quota {quota:.0f} GB)" if (quota := plan.settings.disk_quota) else "")
+              + (f"; of them {gb(plan.superseded_bytes)} are runs moved aside by a change of what they compute "
+                 "(runs/<model>/<method>.superseded/: delete them once you no longer need them)"
+                 if plan.superseded_bytes else "") + "."]  # fmt: skip
+    lines += format_runtimes(plan)
     lines += format_overlap(plan.jobs)
     measured = [j.name for j in plan.jobs if j.startup_s is not None]
     if measured:
