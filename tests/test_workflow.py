@@ -6,11 +6,13 @@ tests/test_workflow_dag.py."""
 
 import json
 import os
+import random
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections import Counter
@@ -24,6 +26,7 @@ import yaml
 from conftest import write_run_config
 from helpers import read_wandb_run, threads, wandb_runs, wandb_table
 from safetensors.torch import load_file
+from slurm_events import interrupt_training, mid_step, release_held
 from workflow_runs import (
     REPO,
     REPORT_JOBS,
@@ -39,6 +42,7 @@ from workflow_runs import (
     venv_env,
 )
 
+from pacs.cli import main
 from pacs.runs import checkpoint as ckpt
 from pacs.runs.segments import EXIT_STOPPED, read_segments
 
@@ -60,8 +64,11 @@ def cluster():
     if problems:
         yield problems
         return
-    # 4 job slots on 2 cores (SLURM's per-job overhead overlaps); 2 fake GPUs (null devices) to schedule GPU jobs
-    env = {**os.environ, "SLURM_CPUS": "4", "SLURM_GPUS": "2"}
+    # 4 job slots on 2 cores (SLURM's per-job overhead overlaps); 2 fake GPUs (null devices) to schedule GPU jobs; a
+    # partition `high` whose jobs preempt the default one's, requeued after a minute's grace (a warning as sites give
+    # it); KillWait at its local default, 5 s: a requeue or a cancel leaves no time for a 20-s step
+    env = {**os.environ, "SLURM_CPUS": "4", "SLURM_GPUS": "2", "SLURM_PREEMPT": "1", "SLURM_GRACE_TIME": "60",
+           "SLURM_KILL_WAIT": "5"}  # fmt: skip
     done = subprocess.run(["bash", str(scripts / "start-local-slurm.sh")], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -84,14 +91,13 @@ SHORT = {"train": {"trainer": {"total_steps": 10}, "checkpoint": {"save_every": 
          "eval": {"checkpoints": [5, "last"]}}  # fmt: skip
 
 
-# The SLURM run's training is decided by time: jobs of LIMIT_MIN minutes (SLURM's limits are whole minutes), each
-# step made STEP_DELAY_S longer (PACS_STEP_DELAY_S, pacs.runs.segments) so that the steps, not the machine, take the
-# time; a job stops once 1.5 × (a step + a checkpoint + a teardown) would pass its end time, and before its first
-# checkpoint it counts both as a step: 1.5 × 3 × 20 s = 90 s or more kept free. A job whose start-up takes more than
-# 10 s (torchrun, two ranks importing torch and transformers, the model: about 30 s here before its first record)
-# trains at most 7 such steps (10 + 7 × 20 + 90 = 240): SEGMENTED_STEPS take two jobs or more; and one that starts
-# up within about two minutes (120 + 20 + 90 < 240) trains two steps or more before it stops.
-LIMIT_MIN, STEP_DELAY_S, SEGMENTED_STEPS = 4, 20, 8
+# The SLURM run's training is decided by time: jobs of LIMIT_MIN minutes (SLURM's limits are whole minutes; the
+# preflight's start-up under this machine's load took 90 s, so no less), each step made STEP_DELAY_S longer
+# (PACS_STEP_DELAY_S, pacs.slurm) so that the steps, not the machine, take the time; a job stops once 1.5 × (a step +
+# a checkpoint + a teardown) would pass its end time (35 s once a checkpoint is measured). A start after the first
+# interruption resumes at step 2 or less and can train at most 8 steps (20 s of start-up + 8 × 21 s + 35 s < 240 s
+# < 20 + 9 × 21 + 35): SEGMENTED_STEPS make it stop for its limit.
+LIMIT_MIN, STEP_DELAY_S, SEGMENTED_STEPS = 4, 20, 12
 
 
 def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
@@ -114,9 +120,76 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
                              "resources": {"train": {"gpu": 2, "max_runtime": LIMIT_MIN}},
                              "plan": {"calibration": str(calibration)},
-                             "train": {"trainer": {"total_steps": SEGMENTED_STEPS, "strategy": "fsdp"}},
+                             "train": {"trainer": {"total_steps": SEGMENTED_STEPS, "strategy": "fsdp"},
+                                       "checkpoint": {"save_every": 2}},
                              "eval": {"checkpoints": ["last"]}})  # fmt: skip
     return overlay(workdir / "slurm.yaml", config)
+
+
+STOPPED_STEPS = 3
+STOPPED_RUN = "results/stopped/runs/tiny/pacs/trained.json"
+
+
+def stop_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
+    """The SLURM slice's config as a second experiment whose one training job (on a CPU, one rank) a user stops
+    mid-step with `pacs stop`, its steps (STEP_DELAY_S) longer than the cluster's KillWait."""
+    config = yaml.safe_load(Path(slurm_config(workdir, shared_data, tiny_model)).read_text())
+    config = merged(config, {"name": "stopped", "resources": {"train": {"gpu": 0, "max_runtime": None}},
+                             "train": {"trainer": {"total_steps": STOPPED_STEPS, "strategy": "ddp"}}})  # fmt: skip
+    return overlay(workdir / "stopped.yaml", config)
+
+
+class Later:
+    """A command started once the SLURM jobs ``after`` have left the queue, ``before()`` first (``Started``
+    otherwise)."""
+
+    def __init__(self, command: list[str], log: Path, env: dict, timeout_s: int, after: list[str], before=None):
+        self.started: Started | None = None
+        self.ready = threading.Event()
+
+        def start() -> None:
+            queued = ["squeue", "-h", "-j", ",".join(after)]
+            while subprocess.run(queued, capture_output=True, text=True).stdout.strip():
+                time.sleep(5)
+            if before is not None:
+                before()
+            self.started = Started(command, log, env, timeout_s)
+            self.ready.set()
+
+        threading.Thread(target=start, daemon=True).start()
+
+    def result(self) -> subprocess.CompletedProcess:
+        self.ready.wait()
+        return self.started.result()
+
+    def stop(self) -> None:
+        if self.started is not None:
+            self.started.stop()
+
+
+def stop_mid_step(workdir: Path, config: str, env: dict, run: Later, log: list[dict], timeout_s: float) -> None:
+    """`pacs stop` at a random moment of the second step of the stopped experiment's training; once that run of the
+    workflow has ended, the workflow's next run (both in ``log``)."""
+    trained = workdir / "results" / "stopped" / "runs" / "tiny" / "pacs"
+    job, step = mid_step(trained, 1, time.monotonic() + timeout_s, random.Random(1), 8.0)
+    done = subprocess.run(["pacs", "stop", config], cwd=workdir, env=env, capture_output=True, text=True)
+    log.append({"time": time.time(), "job": job, "in_flight": step, "returncode": done.returncode,
+                "output": done.stdout + done.stderr, "first": run.result()})  # fmt: skip
+    log[-1]["again"] = subprocess.run(snakemake_command(workdir, "--profile", "slurm", STOPPED_RUN, "--configfile",
+                                                        config), capture_output=True, text=True, env=env,
+                                      timeout=timeout_s)  # fmt: skip
+
+
+def data_placed(source: Path, target: Path):
+    """``before`` for a ``Later``: the prepared data of ``source`` (a results directory) placed in ``target``, which
+    prepares the same files (one job less on the machine)."""
+
+    def place() -> None:
+        (target / "data").mkdir(parents=True, exist_ok=True)
+        for f in (source / "data").glob("*.parquet"):
+            shutil.copy2(f, target / "data" / f.name)
+
+    return place
 
 
 def real_overlay(workdir: Path) -> str:
@@ -129,9 +202,12 @@ def real_overlay(workdir: Path) -> str:
 
 
 # A job whose teardown (what follows its ranks' stop: wandb's finish, an engine's shutdown, the processes' exit)
-# takes longer than SLURM's shortest limit, here a sleep after the run; on the first job a preemption's signal
-# after its first step (STOP_AFTER), as SLURM's warning signal sends it
-TEARDOWN_S = 70
+# takes longer than its step, here a sleep after the run; on the first job a preemption's signal after its first
+# step (STOP_AFTER), as SLURM's warning signal sends it. Each step is made TEARDOWN_STEP_S longer (PACS_STEP_DELAY_S),
+# so that the time, not this machine's load (a step of the tiny run took 4 to 18 s beside the other tests, a job's
+# start-up 15 to 60 s), decides the stops: the second job (3 minutes) has time for a step and a checkpoint after its
+# first step (at most 60 + 2 × 48 s), not for the teardown after them (at least 15 + 2 × 31 + 110 s)
+TEARDOWN_S, TEARDOWN_STEP_S = 110, 30
 TEARDOWN_JOB = """
 import os, signal, sys, time
 from pacs.train import launch
@@ -158,25 +234,46 @@ if __name__ == "__main__":
 
 
 def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> list[str]:
-    """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 3-minute job
-    stopped by a signal after its first step, a 1-minute job, a 3-minute job; every job's teardown lasts
+    """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 4-minute job
+    stopped by a signal after its first step, a 3-minute job, a 4-minute job; every job's teardown lasts
     TEARDOWN_S. Their SLURM ids."""
     config = write_run_config(root / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 3},
                               checkpoint={"save_every": 1, "stop_margin": 1.0})  # fmt: skip
     (root / "job.py").write_text(TEARDOWN_JOB)
     jobs: list[str] = []
-    for attempt, minutes, stop in ((1, 3, 1), (2, 1, 0), (3, 3, 0)):
-        train = [sys.executable, str(root / "job.py"), "--config", str(config), "--out", str(root / "run"),
-                 "--attempt", str(attempt)]  # fmt: skip
+    for attempt, minutes, stop in ((1, 4, 1), (2, 3, 0), (3, 4, 0)):
+        train = [sys.executable, str(root / "job.py"), "--config", str(config), "--out", str(root / "run")]
         command = ["sbatch", "--parsable", f"--time={minutes}", "--cpus-per-task=1", "--mem=2000",
                    f"--output={root}/job{attempt}.log", f"--chdir={root}",
-                   f"--export=ALL,TEARDOWN_S={TEARDOWN_S},STOP_AFTER={stop},OMP_NUM_THREADS={threads()}",
+                   f"--export=ALL,TEARDOWN_S={TEARDOWN_S},STOP_AFTER={stop},OMP_NUM_THREADS={threads()},"
+                   f"PACS_STEP_DELAY_S={TEARDOWN_STEP_S}",
                    *[f"--dependency=afterany:{j}" for j in jobs[-1:]],
                    "--wrap", f"exec {shlex.join(train)}"]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=venv_env(SBATCH_PARTITION="debug"))
         assert done.returncode == 0, done.stderr
         jobs.append(done.stdout.strip().split(";")[0])
     return jobs
+
+
+# An evaluation longer than its job's limit (sbatch --time=EVAL_LIMIT_MIN, each of its CHUNKS chunks made
+# CHUNK_DELAY_S longer by PACS_CHUNK_DELAY_S): it stops between chunks before its limit and requeues itself
+EVAL_LIMIT_MIN, CHUNK_DELAY_S, CHUNKS = 2, 20, 6
+EVAL_FLAGS = ["--engine", "hf", "--n", "2", "--limit", str(20 * CHUNKS), "--chunk-problems", "20", "--max-tokens",
+              "16", "--workers", "1", "--wandb", "disabled"]  # fmt: skip
+
+
+def submit_requeued_evaluation(root: Path, tiny_model: Path, toy_data: Path, after: list[str]) -> list[str]:
+    """`pacs evaluate --requeue` as one requeueable SLURM job of EVAL_LIMIT_MIN minutes, once the jobs ``after``
+    ended (the machine less loaded); its SLURM id."""
+    evaluate = [sys.executable, "-m", "pacs.cli", "evaluate", "--model", str(tiny_model), "--data",
+                str(toy_data / "heldout.parquet"), "--out", str(root / "eval"), "--requeue", *EVAL_FLAGS]  # fmt: skip
+    command = ["sbatch", "--parsable", f"--time={EVAL_LIMIT_MIN}", "--requeue", "--open-mode=append",
+               "--cpus-per-task=1", "--mem=2000", f"--output={root}/eval.log", f"--chdir={root}",
+               f"--export=ALL,PACS_CHUNK_DELAY_S={CHUNK_DELAY_S},OMP_NUM_THREADS={threads()}",
+               f"--dependency=afterany:{after[-1]}", "--wrap", f"exec {shlex.join(evaluate)}"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=venv_env(SBATCH_PARTITION="debug"))
+    assert done.returncode == 0, done.stderr
+    return [done.stdout.strip().split(";")[0]]
 
 
 # the local run's jobs that start as a user's, through the `pacs` console script (the others are forked warm): GRPO's
@@ -225,6 +322,12 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         command = snakemake_command(root / "run", "--profile", "slurm", "all", "--configfile", config)
         started["slurm"] = (root / "run", config, Started(command, root / "snakemake", env, 3600))
+        # its training requeued mid-step, then preempted (tests/slurm_events.py); every requeued job's hold released
+        done, interrupted = threading.Event(), []
+        run_dir = root / "run" / "results" / "tiny" / "runs" / "tiny" / "pacs"
+        driver = threading.Thread(target=interrupt_training, args=(run_dir, interrupted, 2400), daemon=True)
+        driver.start()
+        started["interruptions"] = (driver, interrupted, release_held(done), done)
         data = " ".join(f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout"))
         train = shlex.join([sys.executable, "-m", "pacs.cli", "train", "--config",
                             "results/tiny/configs/run_tiny_pacs.yaml", "--out", str(root / "reference"),
@@ -234,10 +337,27 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
                                                              root / "run"))  # fmt: skip
         teardown = tmp_path_factory.mktemp("teardown")
         started["teardown"] = (teardown, submit_slow_teardown_jobs(teardown, tiny_model, toy_data))
+        evaluation = tmp_path_factory.mktemp("evaluation")
+        started["evaluation"] = (evaluation, submit_requeued_evaluation(evaluation, tiny_model, toy_data,
+                                                                        started["teardown"][1]))  # fmt: skip
+        # a second experiment, stopped by `pacs stop` mid-step (test_a_stop_saves_the_step_in_flight_and_lasts)
+        (root / "stop").mkdir()
+        stopping = stop_config(root / "stop", shared_data, tiny_model)
+        command = snakemake_command(root / "stop", "--profile", "slurm", STOPPED_RUN, "--configfile", stopping)
+        asked = []
+        # it starts once the teardown's jobs have ended, when this machine's load is lower, with the slice's data
+        later = Later(command, root / "stop.log", env, 1800, after=started["teardown"][1],
+                      before=data_placed(root / "run" / "results" / "tiny", root / "stop" / "results" / "stopped"))
+        stopper = threading.Thread(target=stop_mid_step, args=(root / "stop", stopping, env, later, asked, 2400),
+                                   daemon=True)  # fmt: skip
+        stopper.start()
+        started["stop"] = (root / "stop", stopping, stopper, asked, later)
     yield started
-    for *_, run in started.values():
-        if isinstance(run, Started):
+    for name, (*_, run) in started.items():
+        if isinstance(run, (Started, Later)):
             run.stop()
+        elif name == "interruptions":
+            run.set()  # the hold releaser ends
         else:  # SLURM jobs
             subprocess.run(["scancel", *run], capture_output=True)
 
@@ -502,34 +622,42 @@ def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
         # the evaluation N of one benchmark: every evaluation job that runs it (base + 6 runs × 2 checkpoints + the
         # released model; pacs evaluate --suite samples that benchmark only), the diversity measured on it, the reports
         ({"data": {"benchmarks": {"toy_heldout": {"n": 4}}}}, {"evaluate_model": 14, "measure_diversity": 1}),
-        # what a preflight measures (here GRPO's micro-batches): its preflight too, before the training
+        # what a run computes (PACS's β): its training again (the old run moved aside by pacs train), its evaluations
         (
-            {"methods": {"grpo": {"train": {"trainer": {"micro_batch_size": 4}}}}},
-            {"preflight_job": 1, "train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
+            {"methods": {"pacs": {"algorithm": {"options": {"beta": 1.5}}}}},
+            {"train_policy": 1, "evaluate_model": 2, "measure_diversity": 1},
         ),  # fmt: skip
+        # only how a finished run computed (GRPO's micro-batches, recompute): nothing (a stopped run would resume
+        # under it, its preflight first: tests/test_train_loop.py)
+        ({"methods": {"grpo": {"train": {"trainer": {"micro_batch_size": 4, "gradient_checkpointing": True}}}}}, {}),
     ],
 )
 def test_a_config_change_reruns_only_what_depends_on_it(tiny_run, tmp_path, change, expected):
     workdir = tmp_path / "copy"
     shutil.copytree(tiny_run, workdir, symlinks=True)  # copy2 keeps mtimes: the copy is up to date
     done = snakemake(workdir, "-n", "--configfile", *configfiles(workdir, change))
-    assert job_counts(done.stdout + done.stderr) == {**expected, **REPORT_JOBS}
+    assert job_counts(done.stdout + done.stderr) == ({**expected, **REPORT_JOBS} if expected else {}), done.stdout
 
 
 @pytest.mark.slow
-def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slurm_cluster, experiments):
+def test_tiny_experiment_through_slurm_stopped_requeued_and_preempted_ends_bitwise(slurm_cluster, experiments):
     """`snakemake --profile slurm all` as the README sets it up (``experiments``, beside the local run), on a
-    slice of the tiny experiment (``slurm_config``). Training jobs ask for 2 (fake) GPUs: SLURM schedules
-    them, and each runs its launcher once, which starts 2 ranks (FSDP2 on CPU). The training takes two jobs or
-    more of LIMIT_MIN minutes, its steps slowed by a setting: each job reads its end time from SLURM, measures its
-    steps, and stops when the next step, its checkpoint and the teardown would pass that time, after more than one
-    step; Snakemake submits the next, and unattended the run ends bitwise where the same run does in one
-    uninterrupted job (trained meanwhile, beside it, at full speed). A stop weighed on given times:
-    tests/test_segments.py."""
+    slice of the tiny experiment (``slurm_config``). The training asks for 2 (fake) GPUs: SLURM schedules it, and
+    it runs its launcher once, which starts 2 ranks (FSDP2 on CPU). It is one SLURM job that SLURM starts several
+    times: in its first start `scontrol requeue` at a random moment of a step, KillWait too short for the step
+    (it resumes from its last checkpoint, the step in flight lost); its jobs of LIMIT_MIN minutes, steps slowed
+    by a setting, each stopping when the next step, its checkpoint and the teardown would pass its end time, and
+    requeuing itself; after such a stop a job of partition `high` preempts it at a random moment of a step, with a
+    minute's grace (the step in flight saved, the job requeued); and unattended, through all of it, the run ends
+    bitwise where the same run does in one uninterrupted job (trained meanwhile, beside it, at full speed), with
+    no resubmission by Snakemake. A stop weighed on given times: tests/test_segments.py."""
     workdir, local, run = experiments["slurm"]
     done = run.result()
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
+    driver, interrupted, *_ = experiments["interruptions"]
+    driver.join(timeout=60)
+    assert [i["what"] for i in interrupted] == ["requeue", "preempt"], interrupted
     reference, trained = experiments["reference"]
     trained = trained.result()
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
@@ -540,49 +668,83 @@ def test_tiny_experiment_through_slurm_training_in_segments_that_end_bitwise(slu
     run_dir = results / "runs" / "tiny" / "pacs"
     segments = read_segments(run_dir)
     starts = [s for s in segments if s["event"] == "start"]
-    stops = [s for s in segments if s["event"] == "stop"]
-    assert len(starts) >= 2 and len({s["slurm_job"] for s in starts}) == len(starts), segments
-    assert [s["attempt"] for s in starts] == list(range(1, len(starts) + 1))
-    assert all(s["end_time"] for s in starts)  # read from SLURM
-    assert [s["reason"] for s in stops] == ["time limit"] * (len(starts) - 1) + ["done"], segments
-    assert stops[0]["step"] - starts[0]["step"] >= 2, segments  # a stop by time, not after a first step by design
-    for stop, start in zip(stops, starts[1:], strict=False):
-        assert start["step"] == stop["step"]  # each job resumes where the one before stopped: no step redone
+    assert len({s["slurm_job"] for s in starts}) == 1, segments  # one job, started again by SLURM
+    assert [s["restart"] for s in starts] == list(range(len(starts))) and all(s["end_time"] for s in starts)
+    after = lambda t: [r for r in segments if r["time"] > t]  # noqa: E731
+    requeued, preempted = interrupted
+    # requeued with KillWait shorter than the step: the ranks heard SIGTERM and died in the step; the next start
+    # resumes from the last checkpoint (every 2 steps), the step in flight lost
+    signalled, *rest = after(requeued["time"])
+    resumed = next(r for r in rest if r["event"] == "start")
+    assert signalled["event"] == "signal" and rest[0] is resumed, after(requeued["time"])[:4]
+    assert requeued["in_flight"] - 2 <= resumed["step"] < requeued["in_flight"], (requeued, resumed)
+    # preempted with a grace: the step in flight saved, the job requeued by itself, resumed there
+    signalled, stop, ended, start = after(preempted["time"])[:4]
+    assert (signalled["event"], stop["event"], stop["reason"]) == ("signal", "stop", "signal SIGTERM"), stop
+    assert stop["step"] == preempted["in_flight"] == start["step"] and start["event"] == "start", (stop, start)
+    assert (ended["event"], ended["code"]) == ("exit", EXIT_STOPPED)
+    # stops for the time limit: inside the margin, the job ended before its end time, the next start resumes there
+    limits = [s for s in segments if s["event"] == "stop" and s["reason"] == "time limit"]
+    assert limits and [s["reason"] for s in segments if s["event"] == "stop"][-1] == "done", segments
+    for stop in limits:
         end = stop_end(starts, stop)
-        # inside the margin: the next step, its checkpoint and the teardown, as measured so far (need_s: 1.5 × their
-        # sum), would pass the end time; and the job ended before it (not killed at it)
         assert stop["step_s"] >= STEP_DELAY_S and stop["need_s"] >= 1.5 * stop["step_s"], stop
         assert stop["time"] < end < stop["time"] + stop["need_s"], (stop, end)
         ended = next(h for h in segments if h["event"] == "exit" and h["time"] > stop["time"])
         assert ended["code"] == EXIT_STOPPED and ended["time"] < end, (ended, end)
+        assert next(h for h in segments if h["event"] == "start" and h["time"] > stop["time"])["step"] == stop["step"]
     last = f"checkpoints/step_{SEGMENTED_STEPS:06d}/model.safetensors"
     ours, theirs = load_file(run_dir / last), load_file(reference / last)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    said = (run_dir / "logs" / "jobs.log").read_text().count("stopped early (time limit)")
-    assert said == 2 * (len(starts) - 1)  # each rank of each job that stopped
+    log = (run_dir / "logs" / "jobs.log").read_text()
+    assert log.count("stopped early (time limit)") == 2 * len(limits)  # each rank of each job that stopped
+    assert log.count(f"requeued SLURM job {starts[0]['slurm_job']}") == len(limits) + 1  # and the preempted one
 
-    # every job but `all` and the report's (their localrules, run here) went through sbatch, the training once per
-    # segment
+    # every job but `all` and the report's (their localrules, run here) went through sbatch once
     submitted = Counter(re.findall(r"submitted with SLURM jobid \S+ \(log: \S*/rule_(\w+)/", output, re.I))
     planned = job_counts(snakemake(workdir, "-n", "-F", "--configfile", local).stdout)
     here = set(REPORT_JOBS)  # `all` and the report's localrules
     assert here <= set(planned), planned
-    assert submitted == {rule: count + (len(starts) - 1) * (rule == "train_policy")
-                         for rule, count in planned.items() if rule not in here}, (submitted, planned)  # fmt: skip
+    assert submitted == {rule: count for rule, count in planned.items() if rule not in here}, (submitted, planned)
     launches = [json.loads(x) for x in (run_dir / "launches.jsonl").read_text().splitlines()]
-    assert len(launches) == len(starts), launches  # one launcher per job (not one per GPU), inside the job
-    assert [x["slurm_job"] for x in launches] == [s["slurm_job"] for s in starts], launches
+    assert len(launches) == len(starts), launches  # one launcher per start (not one per GPU), inside the job
     for launch in launches:  # over both GPUs
         assert launch["visible_devices"] == "0,1" and launch["nproc_per_node"] == 2, launch
         assert "torch.distributed.run" in launch["command"], launch
     assert any((run_dir / "checkpoints").glob("step_*/rng_rank1.pt"))  # the second rank ran
 
 
+
+@pytest.mark.slow
+def test_an_evaluation_longer_than_its_limit_finishes_in_several_starts_each_chunk_sampled_once(
+    slurm_cluster, experiments, tiny_model, toy_data, tmp_path
+):  # fmt: skip
+    """`pacs evaluate --requeue` in one SLURM job of EVAL_LIMIT_MIN minutes, its chunks slowed by a setting
+    (``submit_requeued_evaluation``, beside the local run): it stops between chunks before its limit, its chunks
+    kept, requeues itself, and SLURM starts it again until done; every chunk is sampled once, and the responses
+    are those of the same evaluation run in one go."""
+    root, (job,) = experiments["evaluation"]
+    deadline = time.monotonic() + 1200
+    log = lambda: (root / "eval.log").read_text() if (root / "eval.log").exists() else ""  # noqa: E731
+    while not (root / "eval" / "metrics.json").exists():
+        assert time.monotonic() < deadline, log()[-3000:]
+        time.sleep(2)
+    text = log()
+    assert text.count("stopped before its next chunk (time limit)") >= 1, text[-3000:]
+    assert text.count(f"requeued SLURM job {job}") == text.count("stopped before its next chunk (time limit)")
+    chunks = [int(c) for c in re.findall(rf"^chunk (\d+)/{CHUNKS}:", text, re.MULTILINE)]
+    assert sorted(chunks) == list(range(1, CHUNKS + 1)), chunks  # each once, across the starts
+    whole = tmp_path / "whole"
+    assert main(["evaluate", "--model", str(tiny_model), "--data", str(toy_data / "heldout.parquet"), "--out",
+                 str(whole), *EVAL_FLAGS]) == 0  # fmt: skip
+    pd.testing.assert_frame_equal(pd.read_parquet(root / "eval" / "responses"), pd.read_parquet(whole / "responses"))
+
+
 @pytest.mark.slow
 def test_a_job_keeps_time_for_its_teardown_so_that_its_last_step_is_kept(slurm_cluster, experiments):
     """Three SLURM jobs of one run whose teardown lasts TEARDOWN_S (``submit_slow_teardown_jobs``, beside the
     local run): the launcher records each job's teardown after its stop, and a later job stops when its next
-    step, that step's checkpoint and the teardown would pass its end time. Here the second job (1 minute) stops
+    step, that step's checkpoint and the teardown would pass its end time. Here the second job (3 minutes) stops
     after one step rather than train the last step and be killed in its teardown (where Snakemake would
     delete the final checkpoint it had written and the next job train the last step again); the third trains
     the last step and ends, torn down, within its limit."""
@@ -604,7 +766,7 @@ def test_a_job_keeps_time_for_its_teardown_so_that_its_last_step_is_kept(slurm_c
     # the second: one step, then a stop for the limit: the next step and its checkpoint would have ended in time,
     # the teardown after them not
     start, stop, ended = second
-    assert (start["attempt"], start["step"], stop["step"], stop["reason"]) == (2, 1, 2, "time limit"), second
+    assert (start["restart"], start["step"], stop["step"], stop["reason"]) == (0, 1, 2, "time limit"), second
     finished = stop["time"] + stop["step_s"] + stop["checkpoint_s"]
     assert finished < start["end_time"] < finished + first[3]["teardown_s"]
     assert ended["event"] == "exit"  # when SLURM's SIGTERM cut the teardown short, up to it
@@ -613,6 +775,38 @@ def test_a_job_keeps_time_for_its_teardown_so_that_its_last_step_is_kept(slurm_c
     assert (third[0]["step"], third[1]["reason"], third[2]["code"]) == (2, "done", 0)
     assert third[2]["time"] < third[0]["end_time"]
     assert ckpt.latest_checkpoint(root / "run" / "checkpoints")[0] == 3
+
+
+@pytest.mark.slow
+def test_a_stop_saves_the_step_in_flight_and_lasts_until_the_workflow_runs_again(slurm_cluster, experiments):
+    """`pacs stop` (the documented stop) at a random moment of a training step longer than the cluster's KillWait,
+    where `scancel` would lose the step: the job saves that step, exits as stopped without requeuing itself, and
+    Snakemake submits it no more; the stop stands until the workflow's next run, which removes it and resumes the
+    run from the step saved (both runs beside the others: ``stop_mid_step``)."""
+    workdir, config, stopper, asked, run = experiments["stop"]
+    stopper.join(timeout=2400)
+    ((stopped,),) = (asked,)
+    done, again = stopped["first"], stopped["again"]
+    output = done.stdout + done.stderr
+    assert stopped["returncode"] == 0 and "wrote" in stopped["output"], stopped
+    assert "Snakemake (pid" in stopped["output"] and "submits nothing more" in stopped["output"], stopped["output"]
+    assert done.returncode != 0, output[-3000:]  # the stopped job is the workflow's last, unfinished
+    assert len(re.findall(r"submitted with SLURM jobid \S+ \(log: \S*/rule_train_policy/", output)) == 1, output
+    assert "prepare_dataset" not in output  # the slice's data, placed
+    run_dir = workdir / "results" / "stopped" / "runs" / "tiny" / "pacs"
+    records = [r for r in read_segments(run_dir) if r["time"] > stopped["time"]]
+    stop, ended, *_ = records
+    assert (stop["event"], stop["reason"], stop["step"]) == ("stop", "stop asked", stopped["in_flight"]), records
+    assert stop["step_s"] > 5 + 1  # longer than KillWait: scancel's SIGKILL would have come first
+    assert (ended["event"], ended["code"]) == ("exit", EXIT_STOPPED), records
+    assert [r["event"] for r in records[2:3]] == ["start"]  # nothing more until the next run of the workflow
+    assert "requeued" not in (run_dir / "logs" / "jobs.log").read_text().split("stopped early (stop asked)")[1][:2000]
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert "is over: removed results/stopped/STOP" in again.stdout + again.stderr
+    assert not (workdir / "results" / "stopped" / "STOP").exists()
+    resumed = records[2]
+    assert resumed["step"] == stopped["in_flight"] and json.loads((run_dir / "trained.json").read_text())[
+        "step"] == STOPPED_STEPS  # fmt: skip
 
 
 def stop_end(starts: list[dict], stop: dict) -> float:

@@ -46,10 +46,11 @@ def test_the_paper_dry_run(tmp_path):
     plan = (tmp_path / "results/paper/plan.md").read_text()
     assert plan in done.stderr and "| train/qwen2.5-7b/pacs | 8 |" in plan
     runtime = int(re.search(r"\| train/qwen2.5-7b/pacs \|(?:[^|]*\|){8} (\d+) \|", plan).group(1))
-    job = done.stdout.split("wildcards: model=qwen2.5-7b, method=pacs, step=000300")[1].split("\n")[1]
+    job = done.stdout.split("wildcards: model=qwen2.5-7b, method=pacs\n")[1].split("\n")[0]
     assert f"runtime={runtime}," in job and "gpu=8" in job
     preflight = done.stdout.split("wildcards: shape=qwen2.5-7b_pacs")[1].split("\n")[1]
-    assert "runtime=30," in preflight and "gpu=8" in preflight  # the training job's GPUs, preflight.runtime
+    asked = int(re.search(r"\| preflight_job \| qwen2.5-7b_pacs \| \d+ \| (\d+) \|", plan).group(1))
+    assert f"runtime={asked}," in preflight and "gpu=8" in preflight  # the training job's GPUs, the plan's time
     # an evaluation job does its benchmarks one after the other: its runtime is the plan's for them together
     hours = sum(float(re.search(rf"\| evaluate/qwen2.5-7b/base/step_000000/{b} \|(?:[^|]*\|){{5}} ([\d.]+) \|",
                                 plan).group(1)) for b in ("math500", "amc23", "aime2024", "aime2025"))  # fmt: skip
@@ -75,7 +76,8 @@ def test_the_paper_v2_dry_run(tmp_path):
         **REPORT_JOBS,
     }
     configs = tmp_path / "results/paper_v2/configs"
-    runs = {p.stem[4:]: yaml.safe_load(p.read_text()) for p in configs.glob("run_*.yaml")}
+    runs = {p.stem[4:]: yaml.safe_load(p.read_text()) for p in configs.glob("run_*.yaml")
+            if not p.name.endswith(".what.yaml")}  # fmt: skip
     assert {k: r["trainer"]["total_steps"] for k, r in runs.items()} == {
         f"qwen3-{size}_{method}": steps
         for size, steps in (("4b", 120), ("8b", 320))
@@ -189,7 +191,7 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
     calibration.write_text(json.dumps({"gpu": "0.3 GB device", "memory_bytes": 300_000_000, "overhead_bytes": 0,
                                        "vllm_overhead_bytes": 0}))  # fmt: skip
     small = overlay(tmp_path / "small.yaml", {"plan": {"calibration": str(calibration)}})
-    target = "results/tiny/runs/tiny/pacs/checkpoints/step_000040"
+    target = "results/tiny/runs/tiny/pacs/trained.json"
     done = snakemake(tmp_path, "--cores", "2", target, "--configfile", str(REPO / "config" / "tiny.yaml"), small)
     assert done.returncode != 0 and "preflight_job" in done.stdout + done.stderr
     log = (tmp_path / "results/tiny/logs/preflight/tiny_pacs.log").read_text()
@@ -200,3 +202,16 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
     assert "build_tiny_model" not in done.stdout + done.stderr  # placed, not built again
     assert not (tmp_path / "results/tiny/runs").exists()
     assert not (tmp_path / "results/tiny/preflight/tiny_pacs/preflight.json").exists()
+
+
+def test_a_site_s_qos_and_constraint_reach_each_kind_of_job(tmp_path):
+    """resources.<kind>.qos and constraint are the SLURM executor's own resources (its --qos and -C), per kind of
+    job; a training or evaluation job's log appends across its starts (--open-mode=append)."""
+    site = overlay(tmp_path / "site.yaml", {"resources": {"train": {"qos": "long", "constraint": "h100"},
+                                                          "evaluate": {"qos": "short"}}})  # fmt: skip
+    done = snakemake(tmp_path, "-n", "--configfile", *TINY, site)
+    assert done.returncode == 0, done.stderr[-3000:]
+    train, evaluate = (re.search(r"resources: .*", done.stdout.split(f"rule {rule}:")[1]).group(0)
+                       for rule in ("train_policy", "evaluate_model"))  # fmt: skip
+    assert "qos=long" in train and "constraint=h100" in train and "slurm_extra=--open-mode=append" in train, train
+    assert "qos=short" in evaluate and "constraint" not in evaluate, evaluate

@@ -2,6 +2,7 @@
 # resolved config (written only when its content changes, so that a change reruns exactly the rules
 # that read it), and the manifest the report rules read.
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,15 +13,31 @@ from pacs import experiment
 from pacs.config import ConfigError
 from pacs.eval.diversity import DiversityConfig
 from pacs.plan.markdown import format_plan
-from pacs.runs.segments import check_continuation, read_segments
+from pacs.stop import STOP, clear_stop, describe, record_runner
+from pacs.train.settings.changes import what_part
 
 RESULTS = experiment.results_dir(config)
+# every job's caches (pip, Hugging Face, Triton, Inductor, vLLM) under cache_dir, where the environment does not
+# place them already: jobs inherit Snakemake's environment (the SLURM executor submits with --export=ALL)
+os.environ.update(experiment.cache_environment(config, os.environ))
 CONFIGS = f"{RESULTS}/configs"
 LOGS = f"{RESULTS}/logs"
 ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
 MODELS, METHODS, DATA = config["models"], experiment.methods(config), config["data"]  # sweeps expanded
 RELEASED = experiment.released(config)  # models only evaluated (v2's Table 1)
 BENCHMARKS = DATA["benchmarks"]
+if DATA["source"] == "local" and not DATA.get("local_dir"):
+    raise ConfigError("config: data.source local reads the benchmark files from data.local_dir: set it")
+experiment.check_slurm_extra(config)  # before anything is submitted
+
+
+onstart:
+    # a stop asked by `pacs stop` lasts until this run of the workflow (dry runs and the jobs' own Snakemake
+    # run no onstart); `pacs stop` finds this Snakemake by the file it writes (pacs.stop)
+    cleared = clear_stop(RESULTS)
+    if cleared:
+        print(f"pacs: {describe(cleared)} is over: removed {RESULTS}/{STOP}", file=sys.stderr)
+    record_runner(RESULTS)
 
 
 def write_if_changed(path, text):
@@ -56,14 +73,21 @@ def run_dir(model, method):
 
 
 RUN_CONFIGS = experiment.run_configs(config)
-
-
-def total_steps(model, method):
-    return RUN_CONFIGS[(model, method)]["trainer"]["total_steps"]
+# A GPU job's shell (the preflight's, the training's, the evaluation's) lives through SLURM's SIGTERM (a preemption,
+# a requeue, scancel), which reaches every process of the job, until its pacs command, which takes the signal as
+# "save after this step (or chunk)", has saved and exited: `trap : TERM` makes bash run a no-op after its command
+# rather than die (a handler, not '', which its children would inherit as ignored), and the tee copying the
+# command's output, `(trap '' TERM; exec tee -a FILE)`, ignores it (its death would break the command's output).
 
 
 def checkpoint(model, method, step):
     return f"{run_dir(model, method)}/checkpoints/step_{int(step):06d}"
+
+
+def trained(model, method):
+    """The output of a run's training (pacs train writes it once the run is done): not the final checkpoint itself,
+    which Snakemake would delete before the training rule runs again."""
+    return f"{run_dir(model, method)}/trained.json"
 
 
 def eval_dir(model, method, step, benchmark=None):
@@ -85,7 +109,11 @@ for e in EVALUATIONS:
     e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
 
 for (model, method), run in RUN_CONFIGS.items():
+    # the run's config, read by pacs train; its training rule reads only the keys of what it computes
+    # (pacs.train.settings.changes): a change of how (a micro-batch, recompute, vLLM's memory) resumes a stopped run
+    # under it and leaves a finished run and everything after it as they are
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
+    write_if_changed(f"{CONFIGS}/run_{model}_{method}.what.yaml", yaml.safe_dump(what_part(run), sort_keys=False))
     # the steps whose weights outlive retention, read by the trainer at every save: apart from the run's config,
     # so that evaluating other steps does not restart a run
     kept = experiment.kept_weights(config, run, method)
@@ -160,7 +188,7 @@ if workflow.is_main_process:
     if any(j.gpus for j in PLAN.jobs):
         print(f"pacs plan ({RESULTS}/plan.md):\n{format_plan(PLAN)}", file=sys.stderr)
 if PLAN.errors:
-    raise ConfigError("config: jobs that do not fit their GPU (pacs plan):\n" + "\n".join(PLAN.errors))
+    raise ConfigError("config: jobs that cannot run as configured (pacs plan):\n" + "\n".join(PLAN.errors))
 
 # One preflight per distinct training job shape (pacs preflight). Its spec is written again only when its key
 # changes (the run as it trains; not a learning rate, a seed, evaluation settings or the memory limit), which
@@ -179,17 +207,29 @@ def preflight_result(shape):
     return f"{experiment.preflight_dir(config, shape)}/preflight.json"
 
 
+def finished(name):
+    """A training run (``train/<model>/<method>``) done under the keys of what it computes now: its trained.json no
+    older than its what-config (written at parse time only when it changes)."""
+    model, method = name.split("/")[1:]
+    done, what = Path(trained(model, method)), Path(f"{CONFIGS}/run_{model}_{method}.what.yaml")
+    return done.exists() and done.stat().st_mtime >= what.stat().st_mtime
+
+
 def passed(files, shape):
-    """``files`` as they are, or ancient once ``shape``'s preflight passed under the current key: then neither
-    a new input of the preflight (data prepared again) nor its rerun makes anything run again. Always the same
-    files either way: Snakemake reruns a job whose set of inputs changed."""
-    return [ancient(f) for f in files] if PREFLIGHTS[shape]["runs"][0] in PASSED else files
+    """``files`` as they are, or ancient once ``shape``'s preflight passed under the current key, or once every run
+    it stands for finished (a change of how they compute, which changes what the preflight measures, then runs no
+    preflight for runs that will not train again): then neither a new input of the preflight (data prepared again)
+    nor its rerun makes anything run again. Always the same files either way: Snakemake reruns a job whose set of
+    inputs changed."""
+    spec = PREFLIGHTS[shape]
+    done = spec["runs"][0] in PASSED or all(finished(name) for name in spec["runs"])
+    return [ancient(f) for f in files] if done else files
 
 
 def preflight_needed(w):
-    """The preflight a run's training waits for."""
-    shape = PREFLIGHT_OF[(w.model, w.method)]
-    return passed([preflight_result(shape)], shape)
+    """The preflight a run's training waits for: ancient, so that a preflight run again (a change of how the run
+    computes changes what it measures) never makes a trained run train again."""
+    return ancient(preflight_result(PREFLIGHT_OF[(w.model, w.method)]))
 
 
 def planned_runtime(kind):
@@ -204,8 +244,9 @@ def planned_runtime(kind):
 def resources(kind):
     """A rule's resources from the config: resources.default, updated by resources.<kind>.
 
-    A job runs at most max_runtime minutes (the partition's limit): a longer training runs as consecutive
-    jobs (segments), each stopping in time and resubmitted by Snakemake's retries (TRAIN_RETRIES).
+    A job runs at most max_runtime minutes (the partition's limit): a longer training or evaluation stops in time and
+    requeues itself, started again by SLURM as the same job (pacs.slurm), whose log then appends
+    (--open-mode=append).
     A GPU job runs its command once: the SLURM plugin would turn `tasks` into --ntasks-per-gpu and run
     it once per GPU (its issue 459), so tasks_per_gpu is 0. A training job on several nodes asks for
     `gpu / nodes` GPUs on each node (gres) and one task per node (mpi: the rule's own srun starts them).
@@ -226,6 +267,8 @@ def resources(kind):
         spec["runtime"] = (lambda w, r=runtime: min(r(w), max_runtime)) if callable(runtime) else min(
             runtime or max_runtime, max_runtime
         )
+    if kind in ("train", "evaluate"):
+        spec["slurm_extra"] = " ".join(filter(None, [spec.get("slurm_extra"), "--open-mode=append"]))
     nodes = int(spec.get("nodes", 1))
     if kind == "train" and nodes > 1:
         gpus = int(spec.pop("gpu", 0))
@@ -234,23 +277,6 @@ def resources(kind):
         model = spec.pop("gpu_model", None)
         spec.update(gres=f"gpu:{model + ':' if model else ''}{gpus // nodes}", mpi="srun", tasks=nodes)
     return spec
-
-
-# A training job that stops for its time limit or a signal exits with EXIT_STOPPED and is submitted again,
-# only if it stopped as planned after at least one step (continue_run); so no run needs more attempts than steps.
-# Only the main Snakemake retries: the one a SLURM job runs inside (remote) would otherwise rerun the job
-# there, past the allocation's end time, instead of submitting a new one
-TRAIN_RETRIES = max((run["trainer"]["total_steps"] for run in RUN_CONFIGS.values()), default=1)
-TRAIN_RETRIES = TRAIN_RETRIES if workflow.is_main_process else 0
-
-
-def continue_run(wildcards, attempt):
-    """The attempt number for `pacs train --attempt`; before a resubmission, an error unless the job before it
-    stopped as planned (pacs.runs.segments.check_continuation): a failure is not submitted again."""
-    if attempt > 1:
-        out = Path(run_dir(wildcards.model, wildcards.method))
-        check_continuation(out, read_segments(out), attempt)
-    return attempt
 
 
 def prepare_args(dataset):
@@ -291,11 +317,11 @@ def train_launcher(verb="train"):
 
 
 def preflight_resources():
-    """A training job's resources, for preflight.runtime minutes (within max_runtime)."""
+    """A training job's resources, for as long as the plan says its preflight needs (or preflight.runtime), within
+    max_runtime (pacs.plan.whole.preflight_seconds)."""
     spec = resources("train")
-    limit = {**config["resources"].get("default", {}), **config["resources"].get("train", {})}.get("max_runtime")
-    runtime = int((config.get("preflight") or {}).get("runtime", 30))
-    return {**spec, "runtime": min(runtime, limit) if limit else runtime}
+    fallback = None if callable(spec.get("runtime")) else spec.get("runtime")  # a CPU job: no plan of its time
+    return {**spec, "runtime": lambda w: PLAN.preflight_minutes(PREFLIGHTS[w.shape]["name"]) or fallback}
 
 
 def preflight_inputs(w):
@@ -339,7 +365,7 @@ def evaluation_inputs(w):
         return built_model(w.model) + [p for m in borrowed for p in built_model(m)]
     if w.method == "base":
         return built_model(w.model)
-    return [checkpoint(w.model, w.method, total_steps(w.model, w.method))]
+    return [trained(w.model, w.method)]
 
 
 def diversity_inputs(w):

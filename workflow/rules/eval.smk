@@ -4,6 +4,9 @@
 # (<benchmark>/: config.yaml, responses/, metrics.json) and a wandb run of its own under wandb/ there
 # (pacs.eval.wandb_run), replaced by a rerun. The declared output is evaluations.json, written last: responses/
 # survive a failed job, and the rerun resumes them; a benchmark whose settings did not change is not sampled again.
+# An evaluation longer than resources.evaluate.max_runtime stops between chunks before its limit and requeues itself
+# (pacs evaluate --requeue): the job started again samples only the chunks still missing. Every start's output is
+# appended to the job's jobs.log.
 
 
 rule evaluate_model:
@@ -16,6 +19,7 @@ rule evaluate_model:
         model=evaluated_model,
         out=lambda w: eval_dir(w.model, w.method, w.step),
         wandb=evaluation_wandb,
+        stop=f"{RESULTS}/{STOP}",
     log:
         f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}.log",
     resources:
@@ -23,5 +27,6 @@ rule evaluate_model:
     conda:
         ENV
     shell:
-        "pacs evaluate --model {params.model} --suite {input.suite} --out {params.out}"
-        " --restart-on-change {params.wandb} > {log} 2>&1"
+        "trap : TERM; mkdir -p {params.out} && pacs evaluate --model {params.model} --suite {input.suite}"
+        " --out {params.out} --restart-on-change --requeue --stop-file {params.stop} {params.wandb} 2>&1"
+        " | (trap '' TERM; exec tee -a {params.out}/jobs.log) > {log}"

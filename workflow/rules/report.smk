@@ -63,7 +63,7 @@ rule make_figures:
     input:
         manifest=MANIFEST,
         pass_at_k=PASS_AT_K,
-        runs=[checkpoint(m, k, total_steps(m, k)) for m, k in RUNS],
+        runs=[trained(m, k) for m, k in RUNS],
         embeddings=[d["embeddings"] for d in DIVERSITY],
     output:
         report(
