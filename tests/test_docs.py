@@ -217,11 +217,47 @@ def test_every_relative_link_of_the_user_docs_resolves():
 
 
 def test_no_link_of_the_user_docs_leaves_the_repository():
-    """A link must work for whoever reads the repository on its own: no ``../shared/...`` or absolute local path.
-    A plain-text mention of ``../shared/data`` stays allowed: it is the default of ``data.local_dir``, a path the
-    reader's checkout is next to, not a page the docs send them to."""
+    """A link must work for whoever reads the repository on its own: no ``../shared/...`` or absolute local path."""
     leaving = [p for p in every_problem() if p.leaves]
     assert leaving == [], f"{len(leaving)} links leave the repository:\n{listed(leaving)}"
+
+
+def test_no_default_of_the_workflow_config_points_outside_the_repository():
+    """A default a user never set must not name a place beside their checkout (``data.local_dir`` once defaulted
+    to ``../shared/data``, this project's own test data)."""
+    import yaml
+
+    def defaults(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("default"), str):
+                yield node["default"]
+            for value in node.values():
+                yield from defaults(value)
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    outside = [d for d in defaults(schema) if d.startswith(("../", "/"))]
+    assert outside == [], outside
+
+
+def test_readme_s_pass_at_k_ranges_are_the_configs():
+    """README's v1/v2 table says up to which k each paper config reports pass@k: the largest `ks` of the benchmarks
+    it names (v1 once claimed pass@1…256 on MATH-500, whose ks stop at 32)."""
+    import yaml
+
+    row = next(line for line in readme().splitlines() if line.startswith("| evaluation |"))
+    v1, v2 = (cell.strip() for cell in row.strip("|").split("|")[1:3])
+    for cell, config in ((v1, "config/config.yaml"), (v2, "config/paper_v2.yaml")):
+        ks = {b: max(spec["ks"]) for b, spec in yaml.safe_load((ROOT / config).read_text())["data"]["benchmarks"]
+              .items()}  # fmt: skip
+        claims = re.findall(r"pass@1…(\d+)(?: on ([^(;]+?))?(?: \(|$|,)", cell)
+        assert claims, cell
+        for top, where in claims:
+            named = [b for b, label in (("math500", "MATH-500"), ("amc23", "AMC23"), ("aime2024", "AIME 2024"))
+                     if label in (where or "")] or [b for b in ks if b in ("amc23", "aime2024", "aime2025")]
+            assert all(ks[b] == int(top) for b in named), (cell, top, named, ks)
+        for label, bench in (("MATH-500: pass@1…", "math500"),):
+            if label in cell:
+                assert f"{label}{ks[bench]}" in cell, (cell, ks[bench])
 
 
 def test_every_user_page_is_one_click_from_the_readme():
