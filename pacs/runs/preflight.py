@@ -148,6 +148,10 @@ def run_training(spec: dict, out: Path, launcher: list[str]) -> dict:
     began = time.time()
     code = subprocess.run([*launcher, "--config", str(config), "--out", str(run_dir), "--worst-case"]).returncode
     if code == EXIT_STOPPED:
+        reason = next((h["reason"] for h in reversed(read_segments(run_dir)) if h["event"] == "stop"), "time limit")
+        if reason != "time limit":  # a preemption's SIGTERM, a cancel, a stop asked: nothing wrong with the run
+            raise PreflightError(f"{spec['name']}: the preflight's training was stopped ({reason}) before its "
+                                 f"{spec['steps']} steps ended; run it again (run directory {run_dir})")  # fmt: skip
         raise PreflightError(f"{spec['name']}: the preflight's training stopped for its job's time limit before its "
                              f"{spec['steps']} steps ended; raise preflight.runtime (and resources.train.max_runtime "
                              f"if it caps it) (run directory {run_dir})")  # fmt: skip
