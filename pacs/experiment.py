@@ -24,6 +24,20 @@ def merged(base: dict, over: dict) -> dict:
     return out
 
 
+def workflow_config(paths: list[Path]) -> dict:
+    """The workflow config of ``paths`` merged in order (as ``snakemake --configfile`` merges them), checked against
+    the workflow's schema, its defaults filled."""
+    from snakemake.utils import validate
+
+    from pacs.config import read_yaml
+
+    config = {}
+    for path in paths:  # later files override earlier ones key by key, as snakemake --configfile does
+        config = merged(config, read_yaml(path))
+    validate(config, str(Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml"))
+    return config
+
+
 def results_dir(config: dict) -> str:
     return f"results/{config['name']}"
 

@@ -110,7 +110,6 @@ def test_every_preflight_asks_slurm_for_the_time_the_plan_says_it_needs(site, pa
     needs in all (the worst case, a checkpoint, the evaluation chunk) × plan.runtime_margin, within max_runtime; a
     limit too short for that is refused before anything runs, naming the keys."""
     from pacs import experiment
-    from pacs.cli.common import workflow_config
     from pacs.plan.jobs import startup_seconds
     from pacs.plan.whole import longest_step_seconds
 
@@ -121,7 +120,7 @@ def test_every_preflight_asks_slurm_for_the_time_the_plan_says_it_needs(site, pa
                            *files], cwd=root, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     asked = asked_runtimes(done.stdout, "preflight_job")
-    plan = experiment.plan(workflow_config([root / f for f in files]))
+    plan = experiment.plan(experiment.workflow_config([root / f for f in files]))
     assert len(asked) == len(plan.preflights) == 6, asked
     for shape, name in plan.preflights.items():
         job, cal = plan.job(name), plan.calibration

@@ -17,7 +17,7 @@ from pacs.cli import main
 from pacs.config import ConfigError
 from pacs.models.shapes import model_config, model_shape
 from pacs.plan.calibration import Calibration
-from pacs.plan.decode import decode_seconds, spread
+from pacs.plan.decode import capped_share, decode_seconds, spread
 from pacs.plan.markdown import format_plan
 from pacs.plan.memory import activation_bytes, dims, layer_activation_bytes
 
@@ -161,14 +161,16 @@ def test_the_plan_of_a_tiny_experiment_equals_hand_computed_values():
 
     generate_flops = forward(256 * 10 + 32 * 12, 12 + 5)
     # the policy takes each prompt once for its 8 responses (trainer.share_prompt): 12 + 8 × 10 tokens a prompt
-    update_flops = 3 * forward(32 * 92, 11) + forward(16 * 92, 11)
-    assert pacs.flops == pytest.approx(10 * (generate_flops + update_flops))
+    train_flops, score_flops = 3 * forward(32 * 92, 11), forward(16 * 92, 11)
+    assert pacs.flops == pytest.approx(10 * (generate_flops + train_flops + score_flops))
     # generation: each GPU decodes its 128 responses (mean 10 tokens, at most 16) in vLLM's KV cache, in bf16
     cache = (int(0.5 * cal.memory_bytes) - PARAMS * 2 - cal.vllm_overhead_bytes) / (2 * 2 * 32 * 2)
     generate = decode_seconds(dims(model_config("qwen2.5-0.5b", **SHAPE)), PARAMS * 2, 2 * 2 * 32 * 2, 12,
                               spread(128, 16, 10), cal, capacity_tokens=cache)  # fmt: skip
     assert 0 < generate < 1
-    step = generate + update_flops / (cal.train_mfu * cal.peak_flops * 2)
+    # forwards alone at score_hfu; forwards and backwards (no layer recomputes) at the narrowest width's HFU, 1536's
+    update = (score_flops / cal.score_hfu + train_flops / cal.train_hfu_by_width["1536"]) / (cal.peak_flops * 2)
+    step = generate + update + PARAMS * 2 / cal.refit_bytes_per_s  # and the new bf16 weights pushed into vLLM
     assert pacs.seconds == pytest.approx(cal.startup_s + 10 * step)
     assert pacs.gpu_hours == pytest.approx(pacs.seconds * 2 / 3600)
     assert plan.runtime_minutes("train/m/pacs") == 20  # (600 s + a fraction of a second) × 1.5, up to 10 min
@@ -197,7 +199,9 @@ def test_a_calibration_file_sets_the_constants(tmp_path):
     path = tmp_path / "gpu.json"
     defaults = Calibration()
     path.write_text(json.dumps({"gpu": "test GPU", "memory_bytes": 10**11, "peak_flops": 1e15,
-                                "train_mfu": 2 * defaults.train_mfu,
+                                "train_hfu_by_width": {"64": 2 * defaults.hfu_at(64)},
+                                "score_hfu": 2 * defaults.score_hfu,
+                                "refit_bytes_per_s": 2e15 / 989e12 * defaults.refit_bytes_per_s,
                                 "decode_efficiency": 2 * defaults.decode_efficiency,
                                 "hbm_bytes_per_s": 1e15 / 989e12 * defaults.hbm_bytes_per_s,
                                 "measured": {"anything": 1}}))  # fmt: skip
@@ -208,11 +212,15 @@ def test_a_calibration_file_sets_the_constants(tmp_path):
     # of its 1e11 bytes changes nothing: every response fits in either)
     ratio = (default.seconds - 600) / (job.seconds - 600)
     assert ratio == pytest.approx(2 * 1e15 / 989e12)
-    path.write_text(json.dumps({"train_mfu": 0.5, "typo": 1}))
+    assert "train_hfu_by_width measured" in format_plan(plan) and "decode_efficiency published" in format_plan(plan)
+    path.write_text(json.dumps({"train_hfu": 0.5, "typo": 1}))
     with pytest.raises(ValueError, match="typo"):
         experiment.plan(tiny_config(plan={"calibration": str(path)}))
-    path.write_text(json.dumps({"train_mfu": 0.5, "generate_mfu": 0.2}))  # a file from before the roofline
+    path.write_text(json.dumps({"train_hfu": 0.5, "generate_mfu": 0.2}))  # a file from before the roofline
     with pytest.raises(ValueError, match="generate_mfu: decoding is priced by its roofline"):
+        experiment.plan(tiny_config(plan={"calibration": str(path)}))
+    path.write_text(json.dumps({"train_mfu": 0.3}))  # a file from before the update's recompute was counted
+    with pytest.raises(ValueError, match="train_mfu: the update is priced by hardware FLOPs now"):
         experiment.plan(tiny_config(plan={"calibration": str(path)}))
 
 
@@ -300,13 +308,13 @@ def test_evaluations_under_a_time_limit_a_preemption_s_cost_and_superseded_runs(
     naming chunk_problems. A preemption without warning costs at most checkpoint.save_every mean steps. Runs moved
     aside by a change of what they compute count in the disk figure and its quota until deleted."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    plan = experiment.plan(experiment.merged(config, {"resources": {"evaluate": {"max_runtime": 60}}}))
+    plan = experiment.plan(experiment.merged(config, {"resources": {"evaluate": {"max_runtime": 120}}}))
     cal = plan.calibration
     suite = [j.name for j in plan.jobs if j.name.startswith("evaluate/qwen2.5-7b/pacs/step_000300/")]
     needed = sum(plan.job(n).seconds for n in suite) - (len(suite) - 1) * cal.startup_s
-    starts = math.ceil((needed - cal.startup_s) * 1.5 / (3600 - cal.startup_s))
-    assert plan.segments(*suite) == starts > 1 and plan.runtime_minutes(*suite) == 60 and plan.errors == []
-    assert f"| evaluate_model | qwen2.5-7b/pacs/step_000300 | {needed / 60:.0f} | 60 | 60 | {starts} | - |" in \
+    starts = math.ceil((needed - cal.startup_s) * 1.5 / (7200 - cal.startup_s))
+    assert plan.segments(*suite) == starts > 1 and plan.runtime_minutes(*suite) == 120 and plan.errors == []
+    assert f"| evaluate_model | qwen2.5-7b/pacs/step_000300 | {needed / 60:.0f} | 120 | 120 | {starts} | - |" in \
         format_plan(plan)  # fmt: skip
     chunk = max(plan.job(n).chunk_s for n in suite)
     tight = experiment.plan(experiment.merged(config, {"resources": {"evaluate": {"max_runtime": math.ceil(
@@ -373,7 +381,8 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     said = capsys.readouterr().out
     assert re.search(r"3 parts, each under 70 s once its model is built \(under 300 s\): updates of tiny, "
                      r"qwen2.5-0.5b \(2 layers\), no liger", said), said  # fmt: skip
-    assert re.search(r"tiny no liger: 2 updates of 4 rows.*\ntiny no liger: \d+ tokens/s, MFU [\d.]+, 1 micro-batch"
+    assert re.search(r"tiny no liger: 2 updates of 4 rows.*\ntiny no liger: \d+ tokens/s, MFU [\d.]+, HFU [\d.]+, "
+                     r"1 micro-batch"
                      r".*\(reserved - GB, planned [\d.]+ GB\), built in [\d.]+ s"
                      r".*\nqwen2.5-0.5b \(2 layers\) no liger: 2 updates", said), said  # fmt: skip
     assert re.search(r"memory bandwidth: \d+ GB/s\ntiny: transformers generate, 4 sequences", said), said
@@ -387,12 +396,16 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
         assert u["build_s"] > 0 and len(u["losses"]) == len(u["grad_norms"]) == 2
         assert all(math.isfinite(x) and x > 0 for x in [*u["losses"], *u["grad_norms"]])
         assert u["ranks"][0]["peak_reserved_bytes"] is None and u["ranks"][0]["peak_bytes"] > 0
-    assert data["train_mfu_by_width"] == {"128": updates[0]["mfu"], "896": updates[1]["mfu"]}
-    assert 0 < data["train_mfu"] == updates[0]["mfu"] and data["hbm_bytes_per_s"] > 0
+    assert data["train_hfu_by_width"] == {"128": updates[0]["hfu"], "896": updates[1]["hfu"]}
+    assert 0 < data["train_hfu"] == updates[0]["hfu"] and data["hbm_bytes_per_s"] > 0
+    for u in updates:  # the layers recomputing (auto's) counted as work beside the model's FLOPs
+        share = u["sizes"]["checkpoint_layers"] / 2 if u["sizes"]["checkpoint_layers"] is not None else 1
+        assert u["hfu"] == pytest.approx(u["mfu"] * (1 + u["ranks"][0]["recompute_flops"] / u["update_flops"]))
+        assert (u["hfu"] > u["mfu"]) == (share > 0)
     partial = json.loads(stopped.read_text())
     assert [u["shape"] for u in partial["measured"]["updates"]] == ["tiny"]
-    assert 0 < partial["train_mfu"] == partial["train_mfu_by_width"]["128"] == updates[0]["mfu"]
-    assert experiment.plan(tiny_config(plan={"calibration": str(stopped)})).calibration.train_mfu == updates[0]["mfu"]
+    assert 0 < partial["train_hfu"] == partial["train_hfu_by_width"]["128"] == updates[0]["hfu"]
+    assert experiment.plan(tiny_config(plan={"calibration": str(stopped)})).calibration.hfu_at(64) == updates[0]["hfu"]
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
     table = out.with_suffix(".md").read_text()
     assert "| qwen2.5-0.5b | 2 | no liger |" in table and ONE_RANK in data["source"] and f"MFU of {ONE_RANK}." in table
@@ -400,10 +413,12 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     assert re.search(r"\| qwen2.5-0.5b \| 2 \| no liger \|.* \| [\d.]+ \| - \| [\d.]+ \| [\d.]+ \|\n", table), table
     plan = experiment.plan(tiny_config(plan={"calibration": str(out)}))
     cal = plan.calibration
-    assert cal.train_mfu_by_width == data["train_mfu_by_width"] and cal.peak_flops == 1e12
-    assert cal.mfu_at(128) == cal.mfu_at(500) == updates[0]["mfu"] and cal.mfu_at(600) == updates[1]["mfu"]
+    assert cal.train_hfu_by_width == data["train_hfu_by_width"] and cal.peak_flops == 1e12
+    low, high = updates[0]["hfu"], updates[1]["hfu"]  # interpolated in width between 128 and 896, flat beyond
+    assert cal.hfu_at(64) == cal.hfu_at(128) == low and cal.hfu_at(2000) == high
+    assert cal.hfu_at(512) == pytest.approx(low + (high - low) * (512 - 128) / (896 - 128))
     assert cal.hbm_bytes_per_s == data["hbm_bytes_per_s"] and cal.max_num_seqs == 256
-    assert f"train MFU {updates[0]['mfu']:.3f} at width 128, {updates[1]['mfu']:.3f} at width 896" in format_plan(plan)
+    assert f"update HFU {low:.3f} at width 128, {high:.3f} at width 896" in format_plan(plan)
     run = update_run(4, 2, 16, 48, {"strategy": "fsdp", "compute_dtype": "bfloat16"})
     late = update_part("tiny", {}, run["trainer"], run, 2, 1e12, 0.01, False)
     assert late.pop("build_s") > 0 and late == {"shape": "tiny", "hidden_size": 128,
@@ -610,10 +625,10 @@ def test_decoding_is_priced_by_its_roofline():
     cache; compute-bound ones cost their FLOPs; vLLM's cache and max_num_seqs bound the sequences at once, and
     transformers' calls wait for their longest response."""
     d = {"layers": 2, "layer_params": 1000, "vocab": 10, "h": 100, "q": 8}  # 2·N = 2 · 3000 FLOPs a token
-    cal = Calibration(hbm_bytes_per_s=1e6, peak_flops=1e9, decode_efficiency=0.5, max_num_seqs=1024)
+    cal = Calibration(hbm_bytes_per_s=1e6, peak_flops=1e9, decode_efficiency=0.5, max_num_seqs=1024, score_hfu=0.25)
     bandwidth, flops = 0.5e6, 0.5e9
     attention = 4 * 2 * 8  # FLOPs per token of context
-    prefill = (2 * 3000 * 4 + attention * 4 * 4 / 2) / flops  # one 4-token prompt, compute-bound
+    prefill = (2 * 3000 * 4 + attention * 4 * 4 / 2) / 0.25e9  # one 4-token prompt: a forward, at score_hfu
     # one sequence of 6 tokens after a 4-token prompt: iteration i reads the weights and 4 + i + 1/2 tokens of KV
     one = decode_seconds(d, 1000, 10, 4, np.array([6]), cal, capacity_tokens=1e9)
     assert one == pytest.approx(prefill + sum((1000 + 10 * (4 + i + 0.5)) / bandwidth for i in range(6)))
@@ -633,10 +648,15 @@ def test_decoding_is_priced_by_its_roofline():
     # many sequences on free weights: compute-bound, each iteration 2·N per sequence and its attention
     many = decode_seconds(d, 0, 0, 4, np.array([1] * 1000), cal, capacity_tokens=1e9)
     assert many == pytest.approx(1000 * prefill + (1000 * 2 * 3000 + attention * 1000 * 4.5) / flops)
-    # the spread: DeepScaleR's shape around the mean, capped at the maximum, in an order unrelated to length
-    lengths = spread(1000, 4096, 1024)
-    assert lengths.max() <= 4096 and abs(lengths.mean() / 1024 - 1) < 0.01 and lengths[0] != lengths.min()
-    assert spread(1000, 4096, 2048).max() == 4096
+    # the spread: exponential of the mean, cut at the maximum, in an order unrelated to length; the share at the cap
+    # e^(-cap/θ): 0.15 % at verl's GSM8K log's mean (158 of 1,024; it logged 0.000-0.001), one in 160 at NeMo-RL's
+    for count, cap, mean in ((1000, 4096, 1024), (2000, 1024, 158), (4000, 3968, 777), (1000, 4096, 2048)):
+        lengths = spread(count, cap, mean)
+        assert lengths.max() <= cap and abs(lengths.mean() / mean - 1) < 0.01 and lengths[0] != lengths.min()
+        assert abs(np.mean(lengths == cap) - capped_share(mean, cap)) <= 1 / count
+    assert 0.001 < capped_share(158, 1024) < 0.002 and 0.005 < capped_share(777, 3968) < 0.007
+    assert spread(256, 3968, 777).max() == 3968  # a GPU's 256 responses of NeMo-RL's step: one at the cap
+    assert np.all(spread(8, 16, 16) == 16) and capped_share(16, 16) == 1
 
 
 def test_one_step_off_is_priced_for_each_split_of_a_runs_gpus():
@@ -649,7 +669,8 @@ def test_one_step_off_is_priced_for_each_split_of_a_runs_gpus():
     plan = experiment.plan(tiny_config())
     cal, job = plan.calibration, plan.job("train/m/pacs")
     colocated, split = job.splits
-    assert colocated.generators == 0 and colocated.step_s == pytest.approx(colocated.generate_s + colocated.update_s)
+    assert colocated.generators == 0 and colocated.push_s == pytest.approx(PARAMS * 2 / cal.refit_bytes_per_s)
+    assert colocated.step_s == pytest.approx(colocated.generate_s + colocated.update_s + colocated.push_s)
     assert 10 * colocated.step_s == pytest.approx(job.seconds - cal.startup_s)  # the plan's own step
     assert split.generators == 1 and split.update_s == pytest.approx(2 * colocated.update_s)  # on one GPU of two
     d = dims(model_config("qwen2.5-0.5b", **SHAPE))
@@ -668,3 +689,17 @@ def test_one_step_off_is_priced_for_each_split_of_a_runs_gpus():
     assert lines[-1] == "- train/m/x at g = 1: its generators idle more than half the step (76%, 2%)"
     waits.splits = waits.splits[:1] + [Split(1, 10, 40, 1, 41, 11)]
     assert not any(line.startswith("- ") for line in format_overlap([waits]))
+
+
+def test_the_plan_holds_to_published_rl_steps():
+    """pacs plan of each published step's config (config/published/) at its reported mean response length: every
+    phase a source reports (generation, scoring and update, the step) within 25 % of it; docs/plan-vs-published.md
+    holds the table the code writes."""
+    from pacs.bench.published import STEPS, priced, table
+
+    assert len(STEPS) >= 3 and sum(1 for row in STEPS if row.one_step_off) >= 1
+    for row in STEPS:
+        plan = priced(row)
+        for phase, measured in row.measured().items():
+            assert abs(plan[phase] / measured - 1) <= 0.25, (row.name, phase, plan[phase], measured)
+    assert table() in (REPO / "docs/plan-vs-published.md").read_text()

@@ -23,8 +23,10 @@ host first. The parts:
   shape's matrices on one card), with Liger's kernels and without (on a CPU, without: they are Triton's).
   MFU is the update's FLOPs (6·N per position the decoder must see, the LM head over the response tokens,
   attention over the keys each position reads; recompute not counted) per second over the GPU's peak (dense bf16,
-  ``PEAK_FLOPS`` by the exact name torch gives the card, or ``peak_flops``); on a GPU one more step is profiled
-  for the busy share, the GPU's compute over the step's span (below 1 the GPU waited for the host). Each update's
+  ``PEAK_FLOPS`` by the exact name torch gives the card, or ``peak_flops``); HFU adds the forward again of the
+  layers that recompute (what the plan prices a run's update by, whatever its checkpointing); on a GPU one more
+  step is profiled for the busy share, the GPU's compute over the step's span (below 1 the GPU waited for the
+  host). Each update's
   peak memory, allocated and reserved by the caching allocator (what the card must have free), is reported beside
   the plan's estimate of it.
 - **Generation** (``generate_batch`` > 0): transformers' ``generate`` (the GPU machine may have no vLLM), written
@@ -36,9 +38,10 @@ reduce-scatters, less what overlaps compute, which the MFU does not see); vLLM's
 (random weights and tokens: the update's kernels do not depend on the values, only the response lengths do, and
 those follow DeepScaleR's).
 
-The file's ``train_mfu_by_width`` holds each shape's MFU (hidden size: MFU) with the kernels a run uses by
-default (Liger on CUDA), which ``pacs plan`` reads for each model at the nearest width; ``train_mfu`` the
-largest full shape's, for any other reader. It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests),
+The file's ``train_hfu_by_width`` holds each shape's HFU (hidden size: HFU) with the kernels a run uses by
+default (Liger on CUDA), which ``pacs plan`` interpolates in width; ``train_hfu`` the largest full shape's, for
+any other reader. Its forward-only and decoding figures (``score_hfu``, ``decode_efficiency``, ``refit_bytes_per_s``)
+stay the published defaults. It needs CUDA; ``allow_cpu`` runs the same code on the CPU (tests),
 where the figures mean nothing for a GPU.
 """
 
@@ -200,7 +203,8 @@ def part_summary(row: dict) -> str:
     z, rank = row["sizes"], row["ranks"][0]
     busy = f", busy {row['busy_share']:.2f}" if row["busy_share"] is not None else ""
     busy += f" ({row['profile_error']})" if "profile_error" in row else ""
-    return (f"{row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']:.3f}{busy}, {row['micro_batches']} micro-batch(es) "
+    return (f"{row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']:.3f}, HFU {row['hfu']:.3f}{busy}, "
+            f"{row['micro_batches']} micro-batch(es) "
             f"of at most {z['max_tokens_per_micro_batch']} tokens, {z['checkpoint_layers']} layers recomputing, peak "
             f"{gigabytes(rank['peak_bytes'])} GB (reserved {gigabytes(rank.get('peak_reserved_bytes'))} GB, planned "
             f"{gigabytes(row['planned_update_bytes'])} GB), built in {row['build_s']:.1f} s")  # fmt: skip
@@ -257,12 +261,12 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
             "gpu": name,
             "memory_bytes": memory or fallback.memory_bytes,
             "peak_flops": peak,
-            "train_mfu": full[-1]["mfu"] if full else fallback.train_mfu,
-            "train_mfu_by_width": {str(u["hidden_size"]): u["mfu"] for u in ok},
+            "train_hfu": full[-1]["hfu"] if full else fallback.train_hfu,
+            "train_hfu_by_width": {str(u["hidden_size"]): u["hfu"] for u in ok},
             "hbm_bytes_per_s": bandwidth or fallback.hbm_bytes_per_s,
             "decode_efficiency": fallback.decode_efficiency,
             "max_num_seqs": sequences,
-            "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train MFU by width of "
+            "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train HFU by width of "
                       f"{[u['shape'] for u in ok] or 'no shape (the default)'} ({default}); memory bandwidth of a "
                       f"device copy{'' if bandwidth else ' (not yet measured: the default)'}; decode_efficiency the "
                       f"default; {ONE_RANK}",
@@ -303,7 +307,7 @@ def format_calibration(calibration: dict) -> str:
     from pacs.bench.update import ANCHORS
 
     lines = ["| shape | layers | Liger | tokens/micro-batch | recomputing | micro-batches | s/step | tokens/s/GPU | "
-             "MFU | busy | peak GB | reserved GB | planned GB | build s |", "|---" * 14 + "|"]  # fmt: skip
+             "MFU | HFU | busy | peak GB | reserved GB | planned GB | build s |", "|---" * 15 + "|"]  # fmt: skip
     for u in calibration["measured"]["updates"]:
         if "error" in u:
             lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {part_summary(u)} |")
@@ -311,7 +315,7 @@ def format_calibration(calibration: dict) -> str:
         z, busy = u["sizes"], u["busy_share"]
         lines.append(f"| {u['shape']} | {u['slice'] or 'all'} | {u['variant']} | {z['max_tokens_per_micro_batch']} | "
                      f"{z['checkpoint_layers']} | {u['micro_batches']} | {u['step_s']:.2f} | {u['tokens_per_s']:.0f} | "
-                     f"{u['mfu']:.3f} | {'-' if busy is None else f'{busy:.2f}'} | "
+                     f"{u['mfu']:.3f} | {u['hfu']:.3f} | {'-' if busy is None else f'{busy:.2f}'} | "
                      f"{gigabytes(u['ranks'][0]['peak_bytes'], 1)} | "
                      f"{gigabytes(u['ranks'][0].get('peak_reserved_bytes'), 1)} | "
                      f"{gigabytes(u['planned_update_bytes'], 1)} | {u['build_s']:.1f} |")  # fmt: skip

@@ -168,6 +168,12 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
     linear = 6 * d["layers"] * d["layer_params"] * work["needed_positions"]
     linear += 6 * d["vocab"] * d["h"] * work["response_tokens"]
     attention = 3 * 4 * d["layers"] * d["q"] * work["attended_keys"]
+    # and the forward again of the layers that recompute in backward (what the GPU does beside the model's FLOPs)
+    recomputing = 0
+    if t.gradient_checkpointing:
+        recomputing = d["layers"] if t.checkpoint_layers is None else t.checkpoint_layers
+    recompute = recomputing / d["layers"] * (2 * d["layers"] * d["layer_params"] * work["needed_positions"]
+                                             + attention / 3)  # fmt: skip
     peak_rss = resident_peak()
     peak_gpu = int(torch.cuda.max_memory_allocated()) if cuda else None
     peak_reserved = int(torch.cuda.max_memory_reserved()) if cuda else None  # the allocator's cache included
@@ -179,7 +185,7 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         "rss_before_model_bytes": rss_before_model,
         "rss_after_setup_bytes": rss_after_setup,
         "peak_reset_after_setup": reset,
-        "work": work, "linear_flops": linear, "attention_flops": attention,
+        "work": work, "linear_flops": linear, "attention_flops": attention, "recompute_flops": recompute,
         **({"peak_gpu_bytes": peak_gpu} if cuda else {}),
     }  # fmt: skip
     ranks = [mine]
@@ -192,7 +198,9 @@ def update_worker(shape: str, overrides: dict, trainer: dict, rows: int, prompt_
         flops = sum(r["linear_flops"] + r["attention_flops"] for r in ranks)
         mfu = {}
         if peak_flops:
+            recomputed = sum(r["recompute_flops"] for r in ranks)
             mfu = {"mfu": flops / step_s / peak_flops / env.world_size,
+                   "hfu": (flops + recomputed) / step_s / peak_flops / env.world_size,
                    "mfu_attention": sum(r["attention_flops"] for r in ranks) / step_s / peak_flops / env.world_size}
         out = {
             "shape": shape, "overrides": overrides, "parameters": n, "world_size": env.world_size,

@@ -84,16 +84,3 @@ def toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heldout-size", type=int, default=HELDOUT_SIZE, help="toy task: held-out problems")
 
 
-def workflow_config(paths: list[Path]) -> dict:
-    """The workflow config of ``paths`` merged in order (as ``snakemake --configfile`` merges them), checked against
-    the workflow's schema, its defaults filled."""
-    from snakemake.utils import validate
-
-    from pacs import experiment
-    from pacs.config import read_yaml
-
-    config = {}
-    for path in paths:  # later files override earlier ones key by key, as snakemake --configfile does
-        config = experiment.merged(config, read_yaml(path))
-    validate(config, str(Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml"))
-    return config

@@ -15,11 +15,10 @@ def add_parser(verbs) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from pacs import experiment
-    from pacs.cli.common import workflow_config
     from pacs.io import atomic_write_text
     from pacs.plan.markdown import format_plan
 
-    plan = experiment.plan(workflow_config(args.configs))
+    plan = experiment.plan(experiment.workflow_config(args.configs))
     text = format_plan(plan)
     print(text, end="")
     if args.out:

@@ -21,11 +21,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     import subprocess
 
     from pacs import experiment
-    from pacs.cli.common import workflow_config
     from pacs.slurm import waiting_jobs
     from pacs.stop import RUNNER, STOP, describe, request_stop, signal_runner
 
-    results = Path(experiment.results_dir(workflow_config(args.configs)))
+    results = Path(experiment.results_dir(experiment.workflow_config(args.configs)))
     request = request_stop(results)
     print(f"{describe(request)}: wrote {results / STOP}. Each training job saves after the step it is in and each "
           "evaluation after its chunk; both exit as stopped (75) and stay stopped.")  # fmt: skip

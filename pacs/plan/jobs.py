@@ -8,13 +8,14 @@ Tokens come from the config (batch, n, steps, problems × n) and two assumed mea
 (N: the parameters that multiply, the LM head included, the input embedding not), three forwards' worth for
 a forward and backward, plus attention, 4·q·c per token and layer for c tokens of context (half the
 sequence on average under the causal mask). A step is its generation, priced by the decoding roofline
-(``pacs.plan.decode``: each GPU generating its share of the step's responses, which wait for the longest), and
-its update FLOPs (old log-probs of all but the on-policy first mini-batch, reference, critic values, then
-``epochs`` updates) at the calibration's MFU for the model's width (``Calibration.mfu_at``), on all the job's
-GPUs (with ``trainer.share_prompt`` the policy and reference take each prompt once for its n responses, the
-critic every row whole); a job adds ``startup_s``; its runtime is that times ``plan.runtime_margin``, rounded
-up to 10 minutes. An evaluation is its decoding alone, each engine (``tensor_parallel_size`` GPUs) taking its
-share of the problems' samples.
+(``pacs.plan.decode``: each GPU generating its share of the step's responses, which wait for the longest), its
+scoring (old log-probs of all but the on-policy first mini-batch, reference, critic values: forwards at the
+calibration's ``score_hfu``), its ``epochs`` updates (forwards and backwards, plus the forward again of every
+layer that recomputes in backward, at the width's ``train_hfu``, ``Calibration.hfu_at``: ``StepWork``), on all
+the job's GPUs (with ``trainer.share_prompt`` the policy and reference take each prompt once for its n responses,
+the critic every row whole), and the push of the new weights into each GPU's vLLM (``refit_seconds``); a job
+adds ``startup_s``; its runtime is that times ``plan.runtime_margin``, rounded up to 10 minutes. An evaluation is
+its decoding alone, each engine (``tensor_parallel_size`` GPUs) taking its share of the problems' samples.
 """
 
 import math
@@ -122,7 +123,38 @@ def mean_response(settings: PlanSettings, maximum: int) -> int:
     return min(settings.mean_response_length or maximum // 2, maximum)
 
 
-def step_flops(d: dict, run: dict, needs: frozenset, critic: bool, prompt: int, response: int) -> tuple[float, float]:
+@dataclass(frozen=True)
+class StepWork:
+    """FLOPs of one training step by how the GPU runs them (``pacs.plan.calibration``): its generation, its
+    forwards alone (old and reference log-probs, critic values: at ``score_hfu``), its forwards and backwards
+    (model FLOPs) and the forwards of the layers that recompute in backward (both at the width's ``train_hfu``)."""
+
+    generate: float
+    score: float
+    train: float
+    recompute: float
+
+    @property
+    def update(self) -> float:
+        """The model FLOPs of scoring and update (recompute not counted: it is the GPU's work, not the model's)."""
+        return self.score + self.train
+
+    def update_seconds(self, cal, width: int, gpus: int) -> float:
+        return (self.score / cal.score_hfu + (self.train + self.recompute) / cal.hfu_at(width)) / (cal.peak_flops
+                                                                                                 * max(gpus, 1))
+
+
+def recomputing(run: dict, layers: int) -> int:
+    """The decoder layers whose forward runs again in backward: none without ``gradient_checkpointing``, every
+    one where ``checkpoint_layers`` is null, else that many (``auto`` resolved before)."""
+    t = run["trainer"]
+    if not t["gradient_checkpointing"]:
+        return 0
+    k = t.get("checkpoint_layers")
+    return layers if k is None or k == AUTO else min(int(k), layers)
+
+
+def step_flops(d: dict, run: dict, needs: frozenset, critic: bool, prompt: int, response: int) -> StepWork:
     """FLOPs of one training step's generation and update for mean lengths ``prompt`` and ``response``."""
     t, r = run["trainer"], run["rollout"]
     rows, length = t["batch_size"] * r["n"], prompt + response
@@ -132,13 +164,24 @@ def step_flops(d: dict, run: dict, needs: frozenset, critic: bool, prompt: int, 
         return prompts * (prompt + r["n"] * response) if t["share_prompt"] else prompts * r["n"] * length
 
     generate = forward_flops(d, rows * response + t["batch_size"] * prompt, prompt + response / 2)
-    update = 3 * forward_flops(d, t["epochs"] * policy(t["batch_size"]), length / 2)
-    update += forward_flops(d, policy(t["batch_size"] - fresh) + policy(t["batch_size"]) * ("ref_logprobs" in needs),
-                            length / 2)  # fmt: skip
+    trained = t["epochs"] * policy(t["batch_size"])
+    train = 3 * forward_flops(d, trained, length / 2)
+    score = forward_flops(d, policy(t["batch_size"] - fresh) + policy(t["batch_size"]) * ("ref_logprobs" in needs),
+                          length / 2)  # fmt: skip
+    share = recomputing(run, d["layers"]) / d["layers"]
+    recompute = share * forward_flops(d, trained, length / 2, head=False)
     if critic:  # the critic takes every row whole
-        update += forward_flops(d, rows * length, length / 2, head=False)
-        update += 3 * forward_flops(d, t["epochs"] * rows * length, length / 2, head=False)
-    return generate, update
+        score += forward_flops(d, rows * length, length / 2, head=False)
+        train += 3 * forward_flops(d, t["epochs"] * rows * length, length / 2, head=False)
+        recompute += share * forward_flops(d, t["epochs"] * rows * length, length / 2, head=False)
+    return StepWork(generate, score, train, recompute)
+
+
+def refit_seconds(d: dict, run: dict, cal) -> float:
+    """The colocated step's push of the new weights (compute dtype) into the GPU's own engine (``pacs.rollout``)."""
+    if not run["trainer"]["total_steps"] or run["rollout"]["engine"] != "vllm":
+        return 0.0  # transformers' generate samples with the policy's own weights
+    return d["params"] * DTYPE_BYTES[run["trainer"]["compute_dtype"] or run["model"]["dtype"]] / cal.refit_bytes_per_s
 
 
 def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings, cal: Calibration,
@@ -166,18 +209,19 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     scored = (t["batch_size"] - fresh) * r["n"] * length  # old log-probs
     scored += rows * length * (("ref_logprobs" in needs) + critic)
     trained = t["epochs"] * rows * length
-    generate, update = step_flops(d, run, needs, critic, prompt, response)
+    work = step_flops(d, run, needs, critic, prompt, response)
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
-              steps * (generate + update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
+              steps * (work.generate + work.update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
     job.fit, job.auto, job.layers = fit, auto, d["layers"]
     job.steps, job.save_every = steps, run["checkpoint"]["save_every"]
     job.limit = usable_bytes(run["trainer"], cal.memory_bytes, cal)
 
+    refit = refit_seconds(d, run, cal) if gpus else 0.0
+
     def modeled(mean: float) -> float:  # seconds of one step, responses of mean length ``mean``
-        update = step_flops(d, run, needs, critic, prompt, round(mean))[1]
-        return (generation_seconds(d, run, gpus, memory, cal, prompt, mean)
-                + update / (cal.mfu_at(d["h"]) * cal.peak_flops * max(gpus, 1)))  # fmt: skip
+        updated = step_flops(d, run, needs, critic, prompt, round(mean)).update_seconds(cal, d["h"], gpus)
+        return generation_seconds(d, run, gpus, memory, cal, prompt, mean) + updated + refit
 
     longest = modeled(r["max_response_length"])
     if measured:
@@ -188,7 +232,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
         job.seconds = cal.startup_s + steps * modeled(response)
         job.seconds_longest = cal.startup_s + steps * longest
     if gpus >= 2:
-        job.splits = splits(d, run, gpus, memory, cal, prompt, response, update, startup_seconds(job, cal))
+        job.splits = splits(d, run, gpus, memory, cal, prompt, response, work, refit, startup_seconds(job, cal))
     return job
 
 

@@ -1,5 +1,5 @@
-"""Response lengths as rollouts have them, from a documented distribution: the plan prices decoding with them
-(``pacs.plan.decode``), and the update benchmarks draw ragged batches from them (``pacs.bench.update``).
+"""Response lengths from a documented distribution: the update benchmarks draw ragged batches from them
+(``pacs.bench.update``). (The plan prices decoding with a tail that reaches the cap: ``pacs.plan.decode.spread``.)
 
 ``DEEPSCALER_QUANTILES`` are the 0, 5, …, 100 % quantiles of the DeepScaleR reference solutions' lengths
 (characters, ``solution`` of the 803 rows of ``deepscaler_subset803.json``, see ``../shared/data/SOURCES.md``)

@@ -7,11 +7,16 @@ from pacs.plan.overlap import format_overlap
 from pacs.plan.whole import Plan
 
 
-def train_mfu(cal: Calibration) -> str:
-    """The update's MFU as the plan prices it: one figure, or one per measured width."""
-    widths = sorted(cal.train_mfu_by_width, key=int)
-    by_width = ", ".join(f"{cal.train_mfu_by_width[w]:.3f} at width {w}" for w in widths)
-    return f"{by_width} (each model at the nearest)" if by_width else f"{cal.train_mfu:.3f}"
+def train_hfu(cal: Calibration) -> str:
+    """The update's HFU as the plan prices it: one figure, or one per width (interpolated between)."""
+    widths = sorted(cal.train_hfu_by_width, key=int)
+    by_width = ", ".join(f"{cal.train_hfu_by_width[w]:.3f} at width {w}" for w in widths)
+    return f"{by_width} (interpolated in width)" if by_width else f"{cal.train_hfu:.3f}"
+
+
+def figures(cal: Calibration) -> str:
+    """Which pricing figures are measured, published or assumed."""
+    return "; ".join(f"{k} {v}" for k, v in cal.sources().items())
 
 
 def format_fits(jobs: list[Job]) -> list[str]:
@@ -74,8 +79,10 @@ def format_plan(plan: Plan) -> str:
     cal = plan.calibration
     lines = [f"GPU: {cal.gpu}, {gb(cal.memory_bytes)} (a training step plans within {1 - cal.memory_headroom:.0%} of "
              f"it, or a run's trainer.memory_limit_gb), peak {cal.peak_flops / 1e12:.0f} TFLOP/s, memory "
-             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; train MFU {train_mfu(cal)}, decoding at "
-             f"{cal.decode_efficiency:.2f} of its roofline, vLLM's max_num_seqs {cal.max_num_seqs}; {cal.source}",
+             f"{cal.hbm_bytes_per_s / 1e12:.2f} TB/s; update HFU {train_hfu(cal)} (recompute counted), forwards "
+             f"alone {cal.score_hfu:.2f}, decoding at {cal.decode_efficiency:.2f} of its roofline, vLLM's "
+             f"max_num_seqs {cal.max_num_seqs}, the weight push into vLLM {cal.refit_bytes_per_s / 1e9:.1f} GB/s; "
+             f"{cal.source}", "", f"The figures: {figures(cal)} (pacs.plan.calibration; docs/plan-vs-published.md).",
              "", "| job | GPUs | GB/GPU | generated tokens | trained tokens | PFLOP | hours | hours (longest) | "
              "GPU-hours | runtime (min) | segments | disk peak (GB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

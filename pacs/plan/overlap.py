@@ -2,7 +2,8 @@
 
 With ``rollout.staleness`` 1 the generators sample step t + 1's batch while the trainers update on step t's,
 so a step takes the longer of the two, plus the push of the new weights from trainers to generators
-(the weights in the compute dtype at ``push_bytes_per_s``). A generator holds only its engine: its vLLM takes
+(the weights in the compute dtype at ``push_bytes_per_s``); the colocated step adds its own push, into each
+GPU's engine (``refit_bytes_per_s``). A generator holds only its engine: its vLLM takes
 ``GENERATOR_MEMORY_UTILIZATION`` of the card, a larger KV cache than a colocated engine's share, so more
 sequences run at once. Decoding is priced by its roofline (``pacs.plan.decode``): splitting the GPUs is
 cheaper than taking turns when generation on fewer GPUs keeps the bandwidth busier, and dearer when a step
@@ -35,19 +36,20 @@ class Split:
         return 1 - self.generate_s / self.step_s, 1 - self.update_s / self.step_s
 
 
-def splits(d: dict, run: dict, gpus: int, memory: dict, cal, prompt: int, mean: float, update_flops: float,
+def splits(d: dict, run: dict, gpus: int, memory: dict, cal, prompt: int, mean: float, work, refit: float,
            startup_s: float) -> list[Split]:  # fmt: skip
-    """The colocated step, then every split of the run's ``gpus`` GPUs into g = 1 … gpus − 1 generators."""
+    """The colocated step (its ``refit`` the push into each GPU's own engine), then every split of the run's
+    ``gpus`` GPUs into g = 1 … gpus − 1 generators; ``work``: the step's ``pacs.plan.jobs.StepWork``."""
     steps = run["trainer"]["total_steps"]
 
     def update(trainers: int) -> float:
-        return update_flops / (cal.mfu_at(d["h"]) * cal.peak_flops * trainers)
+        return work.update_seconds(cal, d["h"], trainers)
 
     def split(g: int, generate: float, trained: float, push: float, step: float) -> Split:
         return Split(g, generate, trained, push, step, gpus * (startup_s + steps * step) / 3600)
 
     generate, trained = generation_seconds(d, run, gpus, memory, cal, prompt, mean), update(gpus)
-    out = [split(0, generate, trained, 0.0, generate + trained)]
+    out = [split(0, generate, trained, refit, generate + trained + refit)]
     b = DTYPE_BYTES[run["trainer"]["compute_dtype"] or run["model"]["dtype"]]
     push = d["params"] * b / cal.push_bytes_per_s
     for g in range(1, gpus):
