@@ -292,3 +292,33 @@ def test_two_ranks_step_as_the_fork(fork, raw_tiny_model, tmp_path):
     for name, (algorithm, clip, critic_clip) in checks.items():
         initial, grads = forks[algorithm]
         check_step(results[name], initial, grads, clip, critic_clip, name)
+
+
+@pytest.mark.parametrize("family", ["qwen3-8b", "llama3.1-8b"])
+def test_every_model_family_the_plan_knows_trains_a_step_packed_as_padded(fork, raw_tiny_model, tmp_path, family):
+    """Each architecture the plan prices (pacs.models.shapes; Qwen2 is the fork's model above), narrowed to the tiny
+    model's width and tokenizer with random weights: one GRPO step on packed rows with a shared prompt and a token
+    budget gives the gradient of padded rows one at a time (fp32 rounding), and moves the weights."""
+    from transformers import AutoTokenizer
+
+    from pacs.models.shapes import model_config
+
+    tokenizer = AutoTokenizer.from_pretrained(raw_tiny_model)
+    tiny = AutoConfig.from_pretrained(raw_tiny_model)
+    config = model_config(family, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, vocab_size=tiny.vocab_size,
+                          tie_word_embeddings=True, bos_token_id=tiny.bos_token_id, eos_token_id=tiny.eos_token_id,
+                          pad_token_id=tiny.pad_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    path = tmp_path / family
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    batch = fork[0]
+    packed, padded = (trainer_update(path, batch, run_config("grpo", None, None, **LAYOUTS[layout]), DistEnv())
+                      for layout in ("tokens", "micro 2 padded"))  # fmt: skip
+    [took], [reference] = packed["grads"]["policy"], padded["grads"]["policy"]
+    scale = max(float(g.abs().max()) for g in reference.values())
+    assert scale > 0
+    for k, g in reference.items():
+        torch.testing.assert_close(took[k], g, rtol=1e-4, atol=1e-5 * scale, msg=lambda m, k=k: f"{family} {k}: {m}")
+    assert any(not torch.equal(packed["final"]["policy"][k], w) for k, w in packed["initial"]["policy"].items())

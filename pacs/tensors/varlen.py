@@ -49,6 +49,9 @@ def to_device(x: Tensor, device) -> Tensor:
     return x.pin_memory().to(device, non_blocking=True)
 
 
+# the attention mask a packed forward passes: empty, 4D (never read: ``varlen_attention`` uses the layout)
+LAYOUT_MASK = torch.zeros(1, 1, 0, 0, dtype=torch.bool)
+
 class PackedRows:
     """Where each row's tokens sit in the packed sequence (a plain object: FSDP passes it through untouched).
 
@@ -134,8 +137,10 @@ class PackedRows:
         """A model's keyword arguments for the padded rows' ``input_ids``/``position_ids`` (B, P + T) as this
         sequence: no mask of its own, the layout for the attention."""
         ids, positions = (x.reshape(-1)[self.source][None] for x in (input_ids, position_ids))  # (1, L)
-        return {"input_ids": ids, "position_ids": positions, "attention_mask": {"full_attention": None},
-                "packed": self, "use_cache": False}  # fmt: skip
+        # a 4D mask is taken as built by every family's mask code (Qwen2's and Qwen3's per-layer-type mapping,
+        # Llama's create_causal_mask alike) and handed to the attention, which reads the layout instead
+        return {"input_ids": ids, "position_ids": positions, "attention_mask": LAYOUT_MASK, "packed": self,
+                "use_cache": False}  # fmt: skip
 
     def uses_flex(self, device: torch.device) -> bool:
         return self.kernel == "flex" or (self.kernel is None and device.type == "cuda")
