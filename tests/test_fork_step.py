@@ -28,6 +28,7 @@ MAX_LEN = 12  # rollout.max_response_length: the fork pads every response to it
 LENGTHS = [12, 5, 9, 12, 3, 7, 12, 10, 1, 11]  # cycled over the responses; 12 stops at the limit (no state after)
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01  # AdamW: the fork's defaults (ppo_trainer.yaml)
 OBJECTIVES = ("pacs", "grpo", "ppo")  # each with the paper scripts' options, pacs's defaults
+SPLIT = 60  # tokens: under any group of the toy prompts (over 30 tokens each) and 4 responses
 LAYOUTS = {  # this run's micro-batches on one rank
     "micro 1": {"micro_batch_size": 1},
     "micro 2": {"micro_batch_size": 2},
@@ -36,6 +37,11 @@ LAYOUTS = {  # this run's micro-batches on one rank
     # lengths (4 × (512 + 12) tokens), less than the mini-batch
     "tokens auto": {"micro_batch_size": 1, "max_tokens_per_micro_batch": "auto", "memory_limit_gb": 0.15},
     "micro 2 padded": {"micro_batch_size": 2, "pack_sequences": False, "share_prompt": False},
+    # a budget below one group: every pass but PACS's update (whose scores are relative within a group) runs each
+    # group in parts of consecutive rows, packed with the part's prompt shared, or padded, each row its own prompt
+    "split": {"micro_batch_size": 1, "max_tokens_per_micro_batch": SPLIT},
+    "split padded": {"micro_batch_size": 1, "max_tokens_per_micro_batch": SPLIT, "pack_sequences": False,
+                     "share_prompt": False},
 }
 
 
@@ -258,18 +264,27 @@ def check_step(result: dict, initial: dict, grads: dict, clip: float | None, cri
 
 
 @pytest.mark.parametrize("algorithm", OBJECTIVES)
-def test_one_rank_steps_as_the_fork_at_any_micro_batch(fork, raw_tiny_model, algorithm):
+def test_one_rank_steps_as_the_fork_at_any_micro_batch(fork, raw_tiny_model, algorithm, monkeypatch):
     """Micro-batches of 1 and 2 prompts (4 and 8 responses; packed, and padded rows), a token budget and the
     budget resolved from auto for a made-up device, clip binding and not: the fork's
     gradient (its micro-batch of 8 responses over the mini-batch's 32, a quarter of the whole mini-batch's sum for
     GRPO and PPO; the mini-batch's mean for PACS), clipped as the fork clips, stepped as its AdamW steps."""
+    import pacs.train.update.packing as packing
+
     batch, forks = fork
     initial, grads = forks[algorithm]
+    split, parts = [], packing.parts
+    monkeypatch.setattr(packing, "parts", lambda *a, **k: split.append(parts(*a, **k)) or split[-1])
     for binding in (False, True) if algorithm != "pacs" else (False,):
         clip, critic_clip = caps(grads, algorithm, binding)
         for layout, trainer in LAYOUTS.items():
+            split.clear()
             result = trainer_update(raw_tiny_model, batch, run_config(algorithm, clip, critic_clip, **trainer),
                                     DistEnv())  # fmt: skip
+            # the split layouts ran groups in parts of several micro-batches (the others never; PACS's update holds
+            # whole groups, and its one on-policy mini-batch has no other pass)
+            expected = layout.startswith("split") and algorithm != "pacs"
+            assert (max(map(len, split), default=0) > 1) == expected, (layout, split)
             if trainer.get("max_tokens_per_micro_batch") == "auto":
                 assert 4 * 524 < result["sizes"]["max_tokens_per_micro_batch"] < 8 * 4 * 524, result["sizes"]
             check_step(result, initial, grads, clip, critic_clip, f"{algorithm} {layout} binding={binding}")

@@ -113,6 +113,15 @@ def test_the_preflight_checks_each_phase_against_the_device_and_names_the_one_ov
     assert f"rank 1 peaked at {1.1 * limit / 1e9:.3g} GB in use on its GPU in the update phase" in message
     assert f"{biggest} {update[biggest] / 1e9:.3g} GB" in message  # its largest parts, from the plan
     assert f"(the plan estimated {sum(update.values()) / 1e9:.3g} GB)" in message
+    # under the card, over what the plan may use of it (the card less its headroom): the phase and by how much
+    usable = spec["memory"]["usable"]
+    assert usable < limit
+    between = {**fits, "no_grad": (usable + limit) / 2}
+    with pytest.raises(PreflightError) as failed:
+        check_memory(spec, [rank(between), rank(fits)])
+    assert (f"rank 0 used {between['no_grad'] / 1e9:.3g} GB of its GPU in the no_grad phase (torch's reserved "
+            f"{0.5 * between['no_grad'] / 1e9:.3g} GB), {(between['no_grad'] - usable) / 1e9:.3g} GB over the "
+            f"{usable / 1e9:.3g} GB the plan may use") in str(failed.value)  # fmt: skip
     assert "train (or methods.pacs.train).trainer." in message
     # beside generator ranks, the largest generator's peak (its batches carry it) against the device too
     assert check_generator_memory(spec, {}) is None

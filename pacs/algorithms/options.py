@@ -137,6 +137,9 @@ class Algorithm:
     # mini-batch: "sequences", "tokens", or "sum" (a sum with a constant divisor: micro-batch losses add up)
     reduction: Callable[[Any], str]
     value_reduction: Callable[[Any], str] | None = None  # the critic's, for an objective with one
+    # its loss reads a group's rows together (PACS: each score is relative to the group's others), so a
+    # micro-batch holds whole groups; else a group larger than a token budget is split (pacs.train.update.packing)
+    whole_groups: bool = False
 
     @property
     def critic(self) -> bool:
@@ -144,7 +147,7 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "pacs": Algorithm(PacsConfig, _pacs_needs, lambda c: "sequences"),
+    "pacs": Algorithm(PacsConfig, _pacs_needs, lambda c: "sequences", whole_groups=True),
     "grpo": Algorithm(GrpoConfig, _policy_needs, lambda c: AGG_REDUCTION[c.loss_agg_mode]),
     "ppo": Algorithm(
         PpoConfig,

@@ -129,24 +129,27 @@ def category_bytes(tracker) -> dict[str, int]:
 def worst_micro_batch(run: dict, t, vocab: int, world: int, critic: bool) -> dict:
     """The largest micro-batch of ``run`` on the host (``pacs.train.update.worst``), as the trainer lays it out:
     rows trimmed, packed (``PackedRows``) where ``trainer.pack_sequences``, the critic's states with a critic."""
+    from pacs.plan.memory import update_splits_groups
     from pacs.tensors.batch import add_value_states
     from pacs.train.update.minibatch import micro_batch
-    from pacs.train.update.packing import Micro, lengths, pack
+    from pacs.train.update.packing import Micro, lengths, micro_cost, pack
     from pacs.train.update.worst import worst_batch, worst_lengths
 
     n, prompt, response = run["rollout"]["n"], run["data"]["max_prompt_length"], run["rollout"]["max_response_length"]
     layout = (n if t.share_prompt and n > 1 else 1) if t.pack_sequences else None
     groups = t.mini_batch_size // world
     budget = t.max_tokens_per_micro_batch
-    response_lengths = (worst_lengths(budget, prompt, response, n, layout, groups) if budget
+    split = bool(budget) and update_splits_groups(run)  # a group above the budget in parts, as the update runs it
+    response_lengths = (worst_lengths(budget, prompt, response, n, layout, groups, split) if budget
                         else [response] * min(t.micro_batch_size, groups))  # fmt: skip
     batch = worst_batch(response_lengths, prompt, n, vocab, 0)
     if critic:
         add_value_states(batch, response)
-    first = list(range(len(response_lengths)))
+    largest = Micro(list(range(len(response_lengths))))
     if budget:
-        first = max((m.groups for m in pack(first, *lengths(batch), n, budget, layout)), key=len)
-    return micro_batch(batch, Micro(first), n, "cpu", layout)
+        plan = pack(largest.groups, *lengths(batch), n, budget, layout, split)
+        largest = max(plan, key=lambda m: micro_cost(m, *lengths(batch), n, layout))
+    return micro_batch(batch, largest, n, "cpu", layout)
 
 
 def trace_step(shape: str, overrides: dict, run: dict, env, needs_reference: bool, critic: bool,

@@ -1,11 +1,12 @@
 """Micro-batches sized by memory: ``trainer.max_tokens_per_micro_batch: auto`` and ``trainer.checkpoint_layers:
 auto`` resolved to what the memory plan (``pacs.plan.memory.training_memory``) fits on a device.
 
-- A micro-batch holds whole groups, so a budget is at least one group at the maximum lengths, the positions the
-  trainer computes for it (``pacs.plan.memory.group_tokens``: packed with its prompt shared, ``max_prompt_length``
-  + n × ``max_response_length``) (the **floor**: a smaller budget would still run such a group alone), and at most
-  a rank's share of a mini-batch at those lengths (the **cap**: one micro-batch per mini-batch; more buys
-  nothing).
+- A budget is at least one group at the maximum lengths, the positions the trainer computes for it
+  (``pacs.plan.memory.group_tokens``: packed with its prompt shared, ``max_prompt_length`` + n ×
+  ``max_response_length``), where the update holds whole groups (PACS) (the **floor**: a smaller budget would still
+  run such a group alone); where it splits a group above the budget (GRPO, PPO: ``pacs.plan.memory.floor_tokens``),
+  one row at those lengths. At most a rank's share of a mini-batch at those lengths (the **cap**: one micro-batch
+  per mini-batch; more buys nothing).
 - ``checkpoint_layers: auto``: the fewest decoder layers recomputing in backward with which the budget fits;
   with both keys auto, with which the floor fits. Recompute is work that only memory asks for, so it is bought
   first, and only as much as one group needs.
@@ -25,7 +26,7 @@ A fixed value of either key is kept as it is.
 import math
 from dataclasses import dataclass
 
-from pacs.plan.memory import dims, group_tokens, training_memory
+from pacs.plan.memory import dims, floor_tokens, group_tokens, training_memory
 
 AUTO = "auto"
 STEP = 1024  # tokens between the budgets tried
@@ -61,8 +62,8 @@ def fit_sizes(shape, run: dict, gpus: int, ranks: int, needs_reference: bool, cr
     ``ranks`` the ranks that share a mini-batch, ``cal`` the calibration (``pacs.plan.calibration``) whose
     overheads and headroom count."""
     t = run["trainer"]
-    floor = group_tokens(run)[0]
-    cap = max(math.ceil(t["mini_batch_size"] / ranks) * floor, floor)
+    floor = floor_tokens(run)
+    cap = max(math.ceil(t["mini_batch_size"] / ranks) * group_tokens(run)[0], floor)
     layers_all = dims(shape)["layers"]
     usable = usable_bytes(t, device_bytes, cal)
 

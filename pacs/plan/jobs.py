@@ -78,6 +78,7 @@ class Job:
     fit: Fit | None = None
     auto: bool = False
     layers: int = 0
+    recomputing: int = 0  # training: the layers that recompute in backward (``recomputing``)
     limit: int | None = None  # training: the bytes per GPU its phases must plan within (pacs.plan.fit.usable_bytes)
     # training on 2 GPUs or more: the colocated step, then each split into generator and trainer GPUs
     splits: list = field(default_factory=list)
@@ -213,7 +214,7 @@ def plan_training(name: str, shape, run: dict, gpus: int, settings: PlanSettings
     steps = t["total_steps"]
     job = Job("train", name, gpus, memory, steps * rows * response, steps * trained * (1 + critic), steps * scored,
               steps * (work.generate + work.update), checkpoint=checkpoint_bytes(shape, run, critic))  # fmt: skip
-    job.fit, job.auto, job.layers = fit, auto, d["layers"]
+    job.fit, job.auto, job.layers, job.recomputing = fit, auto, d["layers"], recomputing(run, d["layers"])
     job.steps, job.save_every = steps, run["checkpoint"]["save_every"]
     job.limit = usable_bytes(run["trainer"], cal.memory_bytes, cal)
 

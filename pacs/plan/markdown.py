@@ -22,8 +22,8 @@ def figures(cal: Calibration) -> str:
 def format_fits(jobs: list[Job]) -> list[str]:
     """The micro-batch sizes resolved for the GPU (``auto``), and the recompute a fixed budget needs."""
     lines = []
-    sized = [f"{j.name}: {j.fit.tokens} tokens, {j.fit.layers if j.fit.layers is not None else j.layers}/{j.layers} "
-             "layers recomputing" for j in jobs if j.auto and j.fit.fits]  # fmt: skip
+    sized = [f"{j.name}: {j.fit.tokens} tokens, {j.recomputing}/{j.layers} layers recomputing"
+             for j in jobs if j.auto and j.fit.fits]  # fmt: skip
     if sized:
         lines += ["", "Micro-batches sized by memory (trainer.max_tokens_per_micro_batch and trainer.checkpoint_layers "
                   "auto, as each job resolves them on a GPU of this memory): " + "; ".join(sized) + "."]  # fmt: skip

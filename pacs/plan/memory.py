@@ -150,6 +150,31 @@ def group_tokens(run: dict) -> tuple[int, int]:
     return (prompt if shared else n * prompt) + n * response, n * response
 
 
+def splits_groups(trainer) -> bool:
+    """Whether passes by a token budget run a group above it in parts (``pacs.train.update.packing``): with a budget,
+    where a part's rows keep their prompt (packed rows, or every row its own prompt). ``trainer``: the run's
+    trainer section, a dict or ``TrainerConfig``."""
+    get = trainer.get if isinstance(trainer, dict) else lambda k, default=None: getattr(trainer, k, default)
+    return bool(get("max_tokens_per_micro_batch")) and (get("pack_sequences", True) or not get("share_prompt", True))
+
+
+def update_splits_groups(run: dict) -> bool:
+    """Whether the update too runs a group above the budget in parts: ``splits_groups`` and a loss that treats
+    rows apart (GRPO's and PPO's; not PACS's, ``Algorithm.whole_groups``; a run of no known objective: not)."""
+    from pacs.algorithms.options import ALGORITHMS
+
+    name = run.get("algorithm", {}).get("name")
+    return splits_groups(run["trainer"]) and name in ALGORITHMS and not ALGORITHMS[name].whole_groups
+
+
+def floor_tokens(run: dict) -> int:
+    """The smallest token budget a run can take: one group at the maximum lengths (``group_tokens``), or, where
+    the update splits groups (``update_splits_groups``), one row at them."""
+    if update_splits_groups({**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": 1}}):
+        return run["data"]["max_prompt_length"] + run["rollout"]["max_response_length"]
+    return group_tokens(run)[0]
+
+
 def micro_batch_tokens(run: dict) -> tuple[int, int]:
     """(positions, response tokens) of the largest micro-batch: the token budget (the positions a micro-batch
     may hold), or micro_batch_size groups at the maximum lengths."""

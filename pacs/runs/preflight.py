@@ -20,7 +20,8 @@ In ``DIR``:
    rounding); its largest micro-batch under 90 % of what the run can pack fails the preflight. Each rank's
    peak memory in each phase (``pacs.ranks.memory``: on a GPU the device's use, the CUDA context, NCCL and vLLM
    awake included, a sleeping vLLM's pool not, beside torch's reserved and allocated peaks; else the process's
-   resident peak) is checked against ``memory.limit`` (``trainer.memory_limit_gb`` where set, else the device's);
+   resident peak) is checked against ``memory.limit`` (``trainer.memory_limit_gb`` where set, else the device's),
+   and on a GPU against the plan's usable bytes (``memory.usable``, the card less the headroom: ``check_reserved``);
    beside generator ranks (``rollout.generator_ranks``), the largest generator's peak too. The sizes a
    ``trainer`` key of ``auto`` resolved to on those devices (``pacs.train.update.sizes``, with the plan's
    calibration: ``pacs preflight --calibration``) are reported beside the plan's (``memory.sizes``).
@@ -41,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from pacs.io import atomic_write_json, atomic_write_text
-from pacs.plan.memory import PHASES, group_tokens
+from pacs.plan.memory import PHASES, group_tokens, update_splits_groups
 from pacs.runs.segments import EXIT_STOPPED, read_segments
 
 OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "CUDA error: out of memory")
@@ -120,7 +121,32 @@ def check_memory(spec: dict, peaks: list[dict]) -> list[dict[str, float]]:
             f"{spec['memory']['device']} (the plan estimated {_gb(sum(plan.values()))}); "
             f"change {memory_change(spec, [phase])}"
         )
+    check_reserved(spec, peaks)
     return used
+
+
+def check_reserved(spec: dict, peaks: list[dict]) -> None:
+    """On GPUs, each rank's use of its device in each phase (torch's reserved peak: its tensors and the caching
+    allocator's blocks no tensor fills, less a sleeping vLLM's pool, with the CUDA context and NCCL: what the
+    plan's phases count) against the plan's usable bytes (``memory.usable``: the card less the headroom, or
+    ``trainer.memory_limit_gb``): an error naming the rank, the phase and by how much, before any out-of-memory
+    error: the preflight's two steps fragment the allocator less than a run's hundreds of mixed lengths."""
+    usable = spec["memory"].get("usable")
+    if not usable:
+        return
+    for rank, p in enumerate(peaks):
+        for phase, measured in p["phases"].items():
+            if "device" not in measured:
+                continue  # a CPU's resident peak: no allocator to fragment, no plan of it
+            used = measured["device"] * 1e9
+            if used > usable:
+                plan = sum(spec["memory"].get(phase, {}).values())
+                raise PreflightError(
+                    f"{spec['name']}: rank {rank} used {_gb(used)} of its GPU in the {phase} phase (torch's "
+                    f"reserved {_gb(measured.get('torch', 0.0) * 1e9)}), {_gb(used - usable)} over the {_gb(usable)} "
+                    f"the plan may use (it planned {_gb(plan)}): it has not run out of memory in two steps, but a "
+                    f"run's mixed lengths fragment the allocator more; change {memory_change(spec, [phase])}"
+                )  # fmt: skip
 
 
 def check_generator_memory(spec: dict, peaks: dict) -> float | None:
@@ -201,7 +227,9 @@ def check_worst_case(spec: dict, train: dict) -> dict | None:
                              "--worst-case): its largest micro-batches were not measured")  # fmt: skip
     full = group_tokens(run)[0]
     shares = -(-run["trainer"]["mini_batch_size"] // len(train["peaks"]))  # groups of a rank's share of a mini-batch
-    reachable = max(full, min(budget, shares * full))
+    reachable = min(budget, shares * full)
+    if not update_splits_groups({**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": budget}}):
+        reachable = max(full, reachable)  # a group above the budget runs whole
     if worst["largest_micro_batch"] < FILLED * reachable:
         largest = worst["largest_micro_batch"]
         raise PreflightError(f"{spec['name']}: the preflight's largest micro-batch held {largest} positions, under "

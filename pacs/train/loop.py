@@ -19,6 +19,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from pacs.algorithms.objectives import Objective, get_objective
+from pacs.plan.memory import splits_groups
 from pacs.ranks.distributed import DistEnv, all_gather_rows, all_reduce, barrier
 from pacs.ranks.memory import peak_memory, phase
 from pacs.runs import checkpoint as ckpt
@@ -33,7 +34,14 @@ from pacs.train.sampling.stats import heldout_accuracy, rollout_stats
 from pacs.train.settings.changes import changes_only_how
 from pacs.train.settings.config import RunConfig, objective_config
 from pacs.train.settings.prompts import load_prompts
-from pacs.train.update.minibatch import forward_pass, micro_plan, pack_group, policy_logprobs, sum_scale, update
+from pacs.train.update.minibatch import (
+    forward_pass,
+    micro_plan,
+    pack_group,
+    policy_logprobs,
+    sum_scale,
+    update,
+)
 from pacs.train.update.models import Models, load_models, reset_reference, save_checkpoint
 from pacs.train.update.sizes import resolve_sizes
 from pacs.train.update.worst import largest_micro_batch, worst_batch, worst_lengths
@@ -120,7 +128,7 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
     batch["row"] = torch.where(index < fresh, index + env.rank * fresh, -1)  # a fresh row's place in `seen`
     sizes = dict(n=n, mini_rows=t.mini_batch_size // env.world_size * n, micro_rows=t.micro_batch_size * n,
                  epochs=t.epochs, env=env, max_tokens=t.max_tokens_per_micro_batch, pack=pack_group(config),
-                 sum_scale=sum_scale(config))  # fmt: skip
+                 sum_scale=sum_scale(config), split=splits_groups(t))  # fmt: skip
     if critic is not None:
         states = "value_mask" if "value_mask" in batch else "response_mask"  # the critic's (add_value_states)
 
@@ -145,8 +153,9 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
         return objective.loss({**micro, "logprobs": logprobs, **({"entropy": ent} if with_entropy else {})},
                               n, options)  # fmt: skip
 
+    whole = {"split": sizes["split"] and not objective.algorithm.whole_groups}  # PACS's loss reads whole groups
     metrics = update(policy, models.optimizer, actor_loss, batch, objective.reduction(options),
-                     grad_clip=config.optim.grad_clip, **sizes)  # fmt: skip
+                     grad_clip=config.optim.grad_clip, **{**sizes, **whole})  # fmt: skip
     del batch["row"]
     for row, logprobs, ent in scored:  # to the host now that the update has been issued
         seen[0, row], seen[1, row] = pad_columns(logprobs.cpu(), wide), pad_columns(ent.cpu(), wide)
@@ -166,8 +175,9 @@ def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
     largest micro-batch on any rank."""
     t, n, layout = config.trainer, config.rollout.n, pack_group(config)
     objective, options = get_objective(config.algorithm.name), objective_config(config)
+    split = splits_groups(t) and not objective.algorithm.whole_groups  # as the update packs them
     lengths = worst_lengths(t.max_tokens_per_micro_batch, config.data.max_prompt_length,
-                            config.rollout.max_response_length, n, layout, t.mini_batch_size // env.world_size)
+                            config.rollout.max_response_length, n, layout, t.mini_batch_size // env.world_size, split)
     groups = len(lengths) * env.world_size  # one mini-batch of them: its micro-batches as the budget packs them
     probe = replace(config, trainer=replace(t, batch_size=groups, mini_batch_size=groups, epochs=1))
     batch = worst_batch(lengths, config.data.max_prompt_length, n, models.policy.config.vocab_size, env.rank)
@@ -181,7 +191,7 @@ def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
     batch.update(prepare_whole_batch(objective, batch, n, options, env))
     with phase("update", engine):
         update_models(batch, probe, models, env, entropy)
-    largest = largest_micro_batch(batch, n, t.max_tokens_per_micro_batch, layout)
+    largest = largest_micro_batch(batch, n, t.max_tokens_per_micro_batch, layout, split)
     return {"budget": t.max_tokens_per_micro_batch, "groups": lengths,
             "largest_micro_batch": int(all_reduce(torch.tensor(largest), env, "max"))}  # fmt: skip
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import torch
 
+from pacs.plan.memory import splits_groups
 from pacs.ranks.distributed import DistEnv, all_reduce, no_sync, total_norm
 from pacs.tensors.batch import PACKED, Batch, group_slices, pad_columns, token_logprobs, trimmed
 from pacs.tensors.varlen import PackedRows, to_device
@@ -42,7 +43,8 @@ def micro_batch(batch: Batch, micro: Micro, n: int, device: str, pack: int | Non
     host = trimmed({k: v[rows] for k, v in batch.items()})
     out = {k: v if k in HOST_KEYS else to_device(v, device) for k, v in host.items()}
     if pack is not None:
-        out[PACKED] = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], pack,
+        group = micro.group_size(n) if pack > 1 else pack  # a part of a group shares its prompt over its rows
+        out[PACKED] = PackedRows.of(host["input_ids"], host["attention_mask"], host["response_mask"], group,
                                     value_mask=host.get("value_mask"))  # fmt: skip
         out[PACKED].to(device)
     return out
@@ -52,7 +54,7 @@ def micro_plan(batch: Batch, n: int, config: RunConfig, env: DistEnv) -> list[Mi
     """This rank's micro-batches of its rows for a no-grad pass: by token budget, or micro_batch_size prompts."""
     t = config.trainer
     if t.max_tokens_per_micro_batch:
-        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env, pack_group(config))
+        return budget_plan(batch, n, t.max_tokens_per_micro_batch, env, pack_group(config), splits_groups(t))
     return fixed_plan(batch["response_mask"].shape[0] // n, t.micro_batch_size)
 
 
@@ -125,6 +127,7 @@ def update(
     pack: int | None = None,
     sum_scale: float = 1.0,
     mask: str = "response_mask",
+    split: bool = False,
 ) -> dict:
     """Optimizer steps over mini-batches of whole groups.
 
@@ -136,7 +139,8 @@ def update(
     Micro-batches are ``micro_rows`` rows of this rank's share, or, with ``max_tokens``, the global mini-batch's
     groups dealt to ranks by tokens and packed up to the budget (``pacs.train.update.packing``). ``pack``: the rows go
     through the model packed in groups of that size (``pack_group``), and budgets count their own tokens, no
-    padding. ``mask``: the positions a "tokens" reduction averages over (the critic's: its states,
+    padding; with ``split``, a group above the budget runs in parts. ``mask``: the positions a "tokens" reduction
+    averages over (the critic's: its states,
     ``value_mask``). Metrics are averaged the same way (by rows for "sum"); ``loss`` is the mini-batch loss as
     optimized. They add up on the device: the host waits for it once per mini-batch (the gradient norm), and for
     the metrics once at the end. ``grad_norm`` (mean) and ``grad_norm_max`` are the norms before clipping;
@@ -153,7 +157,7 @@ def update(
     for _ in range(epochs):
         for mini in group_slices(batch, mini_rows, n):
             if max_tokens:
-                mini, plan = balanced_plan(mini, n, max_tokens, env, pack)
+                mini, plan = balanced_plan(mini, n, max_tokens, env, pack, split)
             else:
                 plan = fixed_plan(mini_rows // n, micro_rows // n)
             local = [units({"response_mask": mini[mask][m.rows(n)]}) for m in plan]  # on the host

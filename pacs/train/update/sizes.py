@@ -65,8 +65,9 @@ def resolve_sizes(config: RunConfig, env: DistEnv, needs_reference: bool, critic
     resolved, fit, sizes = fit_trainer(config.trainer, shape, to_dict(config), env, needs_reference, critic, cal)
     memory = sizes["memory_bytes"]
     if not fit.fits:
-        raise ValueError(f"trainer.max_tokens_per_micro_batch / trainer.checkpoint_layers auto: one group at the "
-                         f"maximum lengths ({fit.floor} tokens) plans {fit.peak / 1e9:.1f} GB per rank with "
+        raise ValueError(f"trainer.max_tokens_per_micro_batch / trainer.checkpoint_layers auto: the smallest "
+                         f"micro-batch at the maximum lengths ({fit.floor} tokens: a group, or a row where the update "
+                         f"splits groups) plans {fit.peak / 1e9:.1f} GB per rank with "
                          f"{fit.layers if fit.layers is not None else 'every'} layer(s) recomputing, more than the "
                          f"{memory / 1e9:.1f} GB usable of this device's {sizes['device_bytes'] / 1e9:.1f} GB; run "
                          "pacs plan for the components and the keys to change (trainer.strategy fsdp, more GPUs, "

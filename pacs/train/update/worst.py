@@ -9,23 +9,30 @@ Here one rank's share of a mini-batch holds as many groups at the maximum length
 one more group whose responses fill the rest (padded rows: one more group, every group's responses as long as the
 budget allows); every prompt at ``max_prompt_length``. Its first micro-batch is then the largest the run can build,
 the budget itself within a group's rounding, unless a rank's whole share of a mini-batch at the maximum lengths is
-smaller (the budget's cap).
+smaller (the budget's cap). Where a run splits groups above the budget (``pacs.train.update.packing``), a budget
+below one group gets one group whose first part fills it.
 """
 
 import torch
 
 from pacs.rollout import Completion
 from pacs.tensors.batch import Batch, rollout_batch
-from pacs.train.update.packing import cost, lengths, pack
+from pacs.train.update.packing import lengths, micro_cost, pack
 
 
-def worst_lengths(budget: int, prompt: int, response: int, n: int, layout: int | None, groups: int) -> list[int]:
+def worst_lengths(budget: int, prompt: int, response: int, n: int, layout: int | None, groups: int,
+                  split: bool = False) -> list[int]:  # fmt: skip
     """Each group's response length (n responses each, to prompts of ``prompt`` tokens) in a rank's share of a
     mini-batch of at most ``groups`` groups whose micro-batches by ``budget`` include the largest the run builds
     (module docstring); ``layout``: the packed layout's group size (``pacs.train.update.minibatch.pack_group``;
-    None: padded rows)."""
+    None: padded rows); ``split``: the run's passes split a group above the budget into parts of consecutive rows,
+    so one group whose first rows fill the budget (each as long as that allows)."""
     base = prompt if layout and layout > 1 else n * prompt
     full = base + n * response
+    if budget <= full and split:
+        shared = prompt if layout and layout > 1 else 0  # a part's prompt once, or each row its own
+        rows = min(n, -(-(budget - shared) // (response + prompt - shared)))
+        return [max(1, min(response, (budget - shared) // rows - (prompt - shared)))]
     if budget <= full:  # a group above the budget runs alone: one at the maximum lengths
         return [response]
     whole = min(groups, budget // full)
@@ -48,9 +55,9 @@ def worst_batch(response_lengths: list[int], prompt: int, n: int, vocab: int, se
     return rollout_batch(prompts, groups, 0)
 
 
-def largest_micro_batch(batch: Batch, n: int, budget: int, layout: int | None) -> int:
+def largest_micro_batch(batch: Batch, n: int, budget: int, layout: int | None, split: bool = False) -> int:
     """The positions of the largest micro-batch ``budget`` packs ``batch``'s groups into (first-fit, as the
-    trainer packs them)."""
+    trainer packs them; with ``split``, a group above the budget in parts)."""
     prompt, response = lengths(batch)
-    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget, layout)
-    return max(cost(m.groups, prompt, response, n, layout) for m in plan)
+    plan = pack(list(range(len(prompt) // n)), prompt, response, n, budget, layout, split)
+    return max(micro_cost(m, prompt, response, n, layout) for m in plan)
