@@ -212,7 +212,8 @@ def test_a_calibration_file_sets_the_constants(tmp_path):
     # of its 1e11 bytes changes nothing: every response fits in either)
     ratio = (default.seconds - 600) / (job.seconds - 600)
     assert ratio == pytest.approx(2 * 1e15 / 989e12)
-    assert "train_hfu_by_width measured" in format_plan(plan) and "decode_efficiency published" in format_plan(plan)
+    shown = format_plan(plan)  # what the file set is measured; the rest as the defaults say
+    assert "train_hfu_by_width measured (calibration file" in shown and "push_bytes_per_s assumed" in shown
     path.write_text(json.dumps({"train_hfu": 0.5, "typo": 1}))
     with pytest.raises(ValueError, match="typo"):
         experiment.plan(tiny_config(plan={"calibration": str(path)}))
@@ -358,7 +359,7 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     the file as written after the part before: read here as the second part begins, it holds the first part's
     MFU and is a calibration the plan reads."""
     import pacs.bench.gpu
-    from pacs.bench.gpu import ONE_RANK, update_part, update_run
+    from pacs.bench.gpu import ONE_RANK, reserved_over_allocated, update_part, update_run
 
     out, stopped = tmp_path / "gpu.json", tmp_path / "stopped.json"
 
@@ -407,6 +408,12 @@ def test_pacs_bench_gpu_calibrates_the_plan_per_width_each_part_under_its_time_l
     assert 0 < partial["train_hfu"] == partial["train_hfu_by_width"]["128"] == updates[0]["hfu"]
     assert experiment.plan(tiny_config(plan={"calibration": str(stopped)})).calibration.hfu_at(64) == updates[0]["hfu"]
     assert data["measured"]["generations_transformers"][0]["tokens_per_s"] > 0
+    # on a CPU no allocator's ratio nor CUDA context: the defaults stay, and the file says what it did not measure
+    measured = data["measured"]
+    assert measured["context_bytes"] is None and measured["reserved_over_allocated"] is None
+    assert "memory_headroom" not in data and "overhead_bytes" not in data and "vLLM" in measured["not_measured"]
+    assert reserved_over_allocated([{"ranks": [{"peak_reserved_bytes": 12, "peak_bytes": 10}]},
+                                    {"ranks": [{"peak_reserved_bytes": None, "peak_bytes": 10}]}]) == 1.2
     table = out.with_suffix(".md").read_text()
     assert "| qwen2.5-0.5b | 2 | no liger |" in table and ONE_RANK in data["source"] and f"MFU of {ONE_RANK}." in table
     assert "| peak GB | reserved GB | planned GB | build s |" in table

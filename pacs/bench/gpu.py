@@ -29,6 +29,12 @@ host first. The parts:
   host). Each update's
   peak memory, allocated and reserved by the caching allocator (what the card must have free), is reported beside
   the plan's estimate of it.
+- **Memory beside the tensors**: the CUDA context and cuBLAS's workspace (the device's use beside torch's
+  allocator, in the process that measures the bandwidth), written as ``overhead_bytes`` with an allowance for
+  NCCL's buffers (``NCCL_BYTES``, assumed: one rank has no communicator); the largest ratio of torch's reserved
+  to allocated peak over the updates, written as ``memory_headroom`` (the share of the card the allocator's
+  unfilled blocks take at that ratio, never below the default). vLLM's CUDA graphs while it sleeps
+  (``vllm_graph_bytes``) stay the default: no vLLM here.
 - **Generation** (``generate_batch`` > 0): transformers' ``generate`` (the GPU machine may have no vLLM), written
   under ``measured`` only: several times slower than vLLM's, it would not predict the workflow's rollouts or
   evaluations, so the roofline's ``decode_efficiency`` stays the default.
@@ -57,6 +63,9 @@ from pacs.plan.calibration import Calibration
 ONE_RANK = ("one rank, no collectives: a multi-GPU step adds all-gather and reduce-scatter time the MFU does not "
             "see")  # fmt: skip
 
+# NCCL's buffers per rank, which one rank cannot measure: assumed, the default overhead_bytes' 2 GiB less a CUDA
+# context's half GiB (pacs.plan.calibration)
+NCCL_BYTES = int(1.5 * 2**30)
 # dense bf16 peak FLOP/s by the name torch.cuda.get_device_name gives the card, from NVIDIA's data sheets (half
 # their figures "with sparsity"); the same chip differs by form factor: an H100 PCIe runs at 0.76 of an SXM's
 PEAK_FLOPS = {
@@ -117,6 +126,27 @@ def generation_worker(shape: str, overrides: dict, batch: int, prompt_length: in
     seconds = run(new_tokens)
     return {"shape": shape, "overrides": overrides, "batch": batch, "prompt_length": prompt_length,
             "new_tokens": new_tokens, "seconds": seconds, "tokens_per_s": batch * new_tokens / seconds}  # fmt: skip
+
+
+def context_bytes() -> int | None:
+    """The GPU memory in use beside what torch's allocator reserves (the CUDA context, cuBLAS's workspaces after a
+    matmul): the plan's ``overhead_bytes`` less NCCL's buffers (one rank here: no communicator). None on a CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    a = torch.ones(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    (a @ a).sum().item()  # cuBLAS's handle and workspace, as a training step creates them
+    free, total = torch.cuda.mem_get_info()
+    return int(total - free - torch.cuda.memory_reserved())
+
+
+def reserved_over_allocated(updates: list[dict]) -> float | None:
+    """The largest ratio of torch's reserved to allocated peak over the updates measured (the caching allocator's
+    blocks no tensor fills: what the plan's ``memory_headroom`` is for). None where none was measured on a GPU."""
+    ratios = [u["ranks"][0]["peak_reserved_bytes"] / u["ranks"][0]["peak_bytes"] for u in updates
+              if "ranks" in u and u["ranks"][0].get("peak_reserved_bytes")]  # fmt: skip
+    return max(ratios, default=None)
 
 
 def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
@@ -249,7 +279,7 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
     say(f"{len(parts) * len(variants) + 1} parts, each under {part_s:.0f} s once its model is built (under "
         f"{build_s:.0f} s): updates of {', '.join(names)}, {' and '.join(variants)}; then the memory bandwidth (in "
         "this process, which holds no GPU memory before)")  # fmt: skip
-    bandwidth = None
+    bandwidth, beside = None, None  # beside: the device's use beside torch's allocator
     # vLLM 0.32's LLM class: 1024 sequences at once on GPUs of 70 GB or more but the A100, 256 on others
     sequences = 1024 if (memory or 0) >= 70 * 2**30 and "A100" not in name.upper() else 256
     fallback = Calibration()
@@ -257,6 +287,13 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
     def calibration() -> dict:
         ok = [u for u in updates if "mfu" in u and u["variant"] == default]
         full = [u for u in ok if u["slice"] is None]
+        ratio = reserved_over_allocated(ok)
+        measured_memory = {
+            # the allocator's unfilled blocks at the ratio measured, as a share of the card (never below the default)
+            **({"memory_headroom": max(fallback.memory_headroom, 1 - 1 / ratio)} if ratio else {}),
+            # the CUDA context and cuBLAS, and the default's allowance for NCCL's buffers (one rank here)
+            **({"overhead_bytes": beside + NCCL_BYTES} if beside is not None else {}),
+        }
         return {
             "gpu": name,
             "memory_bytes": memory or fallback.memory_bytes,
@@ -266,11 +303,15 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
             "hbm_bytes_per_s": bandwidth or fallback.hbm_bytes_per_s,
             "decode_efficiency": fallback.decode_efficiency,
             "max_num_seqs": sequences,
+            **measured_memory,
             "source": f"pacs bench gpu on {name}, {time.strftime('%Y-%m-%d')}: train HFU by width of "
                       f"{[u['shape'] for u in ok] or 'no shape (the default)'} ({default}); memory bandwidth of a "
                       f"device copy{'' if bandwidth else ' (not yet measured: the default)'}; decode_efficiency the "
                       f"default; {ONE_RANK}",
-            "measured": {"updates": updates, "generations_transformers": generations},
+            "measured": {"updates": updates, "generations_transformers": generations, "context_bytes": beside,
+                         "reserved_over_allocated": ratio,
+                         "not_measured": "vLLM's CUDA graphs while it sleeps (no vLLM here): vllm_graph_bytes stays "
+                                         "the default; NCCL's buffers (one rank)"},  # fmt: skip
         }  # fmt: skip
 
     for (shape, extra), named in zip(parts, names, strict=True):
@@ -286,6 +327,9 @@ def run_gpu_bench(shapes: list[str], overrides: dict, slice_shape: str | None, r
     say("memory bandwidth: a device-to-device copy of " + ("1 GiB" if cuda else "64 MiB (CPU)"))
     bandwidth = copy_bandwidth(2**30 if cuda else 2**26)
     say(f"memory bandwidth: {bandwidth / 1e9:.0f} GB/s")
+    beside = context_bytes()
+    if beside is not None:
+        say(f"CUDA context and cuBLAS: {beside / 1e9:.2f} GB beside torch's allocator")
     done(calibration())
     if generate_batch:
         for shape in shapes:

@@ -83,8 +83,6 @@ SOURCES = {"train_hfu_by_width": "measured at width 1536 (pacs, H100), published
            "hbm_bytes_per_s": "published (the data sheet)", "peak_flops": "published (the data sheet)",
            "push_bytes_per_s": "assumed", "startup_s": "assumed", "checkpoint_bytes_per_s": "assumed",
            "overhead_bytes": "assumed", "memory_headroom": "assumed", "vllm_graph_bytes": "assumed"}  # fmt: skip
-# the figures pacs bench gpu writes in a calibration file
-MEASURED_BY_BENCH = ("train_hfu_by_width", "hbm_bytes_per_s")
 
 
 @dataclass(frozen=True)
@@ -115,6 +113,7 @@ class Calibration:
     # writing a checkpoint (HF weights, sharded resume state, manifest checksums) to a cluster file system
     checkpoint_bytes_per_s: float = 5e8
     source: str = "defaults (pacs.plan.calibration)"
+    from_file: tuple[str, ...] = ()  # the keys a calibration file set (its figures: measured)
 
     def __post_init__(self):
         if not 0 <= self.memory_headroom < 1:
@@ -131,9 +130,7 @@ class Calibration:
     def sources(self) -> dict[str, str]:
         """What each pricing figure is: measured, published or assumed (``SOURCES``; a calibration file's own
         figures are measured)."""
-        if self.source == Calibration.source:
-            return dict(SOURCES)
-        return {k: "measured" if k in MEASURED_BY_BENCH else v for k, v in SOURCES.items()}
+        return {k: f"measured ({self.source})" if k in self.from_file else v for k, v in SOURCES.items()}
 
 
 def load_calibration(path: Path | None, gpu: str | None) -> Calibration:
@@ -152,7 +149,9 @@ def load_calibration(path: Path | None, gpu: str | None) -> Calibration:
         unknown = sorted(set(data) - known - {"measured"})
         if unknown:
             raise ValueError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
-        return Calibration(**{"source": f"calibration file {path}", **{k: v for k, v in data.items() if k in known}})
+        kept = {k: v for k, v in data.items() if k in known}
+        return Calibration(**{"source": f"calibration file {path}", **kept,
+                              "from_file": tuple(sorted(set(kept) & set(SOURCES)))})  # fmt: skip
     if gpu is None:
         return Calibration()
     if gpu not in GPUS:
