@@ -131,6 +131,13 @@ def test_bench_update_measures_padded_and_packed_rows_on_ragged_lengths(tmp_path
     assert padded["micro_batches"] == packed["micro_batches"] == 2
     assert 0 < packed["host_s_per_micro_batch"] <= packed["step_s"] / 2
     assert "matmul" in capsys.readouterr().out
+    assert packed["hfu"] == packed["mfu"]  # no layer recomputes: the GPU's work is the model's
+    # every layer recomputing: the GPU's work adds one forward of the decoder layers, more than none of the update's
+    # FLOPs and less than a third of them (three forwards' worth, the LM head's among them)
+    args[args.index("--variants") + 1: args.index("--profile") + 1] = ["packed"]  # unprofiled
+    assert main([*args, "--gradient-checkpointing"]) == 0
+    (recomputed,) = json.loads(out.read_text())["results"]
+    assert recomputed["mfu"] < recomputed["hfu"] < recomputed["mfu"] * 4 / 3
 
 
 def test_the_profile_sums_each_kernel_the_device_ran_once_by_family(tmp_path):

@@ -150,27 +150,28 @@ def group_tokens(run: dict) -> tuple[int, int]:
     return (prompt if shared else n * prompt) + n * response, n * response
 
 
-def splits_groups(trainer) -> bool:
+def splits_groups(trainer, whole_groups: bool = False) -> bool:
     """Whether passes by a token budget run a group above it in parts (``pacs.train.update.packing``): with a budget,
-    where a part's rows keep their prompt (packed rows, or every row its own prompt). ``trainer``: the run's
+    where a part's rows keep their prompt (packed rows, or every row its own prompt), and, for an update, a loss
+    that treats rows apart (``whole_groups`` False: not PACS's, ``Algorithm.whole_groups``). ``trainer``: the run's
     trainer section, a dict or ``TrainerConfig``."""
     get = trainer.get if isinstance(trainer, dict) else lambda k, default=None: getattr(trainer, k, default)
-    return bool(get("max_tokens_per_micro_batch")) and (get("pack_sequences", True) or not get("share_prompt", True))
+    layout = get("pack_sequences", True) or not get("share_prompt", True)
+    return bool(get("max_tokens_per_micro_batch")) and layout and not whole_groups
 
 
 def update_splits_groups(run: dict) -> bool:
-    """Whether the update too runs a group above the budget in parts: ``splits_groups`` and a loss that treats
-    rows apart (GRPO's and PPO's; not PACS's, ``Algorithm.whole_groups``; a run of no known objective: not)."""
+    """``splits_groups`` for the update of run config ``run`` (a run of no known objective: not)."""
     from pacs.algorithms.options import ALGORITHMS
 
     name = run.get("algorithm", {}).get("name")
-    return splits_groups(run["trainer"]) and name in ALGORITHMS and not ALGORITHMS[name].whole_groups
+    return name in ALGORITHMS and splits_groups(run["trainer"], ALGORITHMS[name].whole_groups)
 
 
 def floor_tokens(run: dict) -> int:
     """The smallest token budget a run can take: one group at the maximum lengths (``group_tokens``), or, where
     the update splits groups (``update_splits_groups``), one row at them."""
-    if update_splits_groups({**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": 1}}):
+    if update_splits_groups(run):  # a budget to size is set (auto or a number)
         return run["data"]["max_prompt_length"] + run["rollout"]["max_response_length"]
     return group_tokens(run)[0]
 

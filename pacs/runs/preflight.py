@@ -228,7 +228,7 @@ def check_worst_case(spec: dict, train: dict) -> dict | None:
     full = group_tokens(run)[0]
     shares = -(-run["trainer"]["mini_batch_size"] // len(train["peaks"]))  # groups of a rank's share of a mini-batch
     reachable = min(budget, shares * full)
-    if not update_splits_groups({**run, "trainer": {**run["trainer"], "max_tokens_per_micro_batch": budget}}):
+    if not update_splits_groups(run):  # its budget is set (the run's own, or auto)
         reachable = max(full, reachable)  # a group above the budget runs whole
     if worst["largest_micro_batch"] < FILLED * reachable:
         largest = worst["largest_micro_batch"]

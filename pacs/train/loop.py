@@ -153,9 +153,9 @@ def update_models(batch: Batch, config: RunConfig, models: Models, env: DistEnv,
         return objective.loss({**micro, "logprobs": logprobs, **({"entropy": ent} if with_entropy else {})},
                               n, options)  # fmt: skip
 
-    whole = {"split": sizes["split"] and not objective.algorithm.whole_groups}  # PACS's loss reads whole groups
+    actor = {**sizes, "split": splits_groups(t, objective.algorithm.whole_groups)}  # PACS's loss reads whole groups
     metrics = update(policy, models.optimizer, actor_loss, batch, objective.reduction(options),
-                     grad_clip=config.optim.grad_clip, **{**sizes, **whole})  # fmt: skip
+                     grad_clip=config.optim.grad_clip, **actor)  # fmt: skip
     del batch["row"]
     for row, logprobs, ent in scored:  # to the host now that the update has been issued
         seen[0, row], seen[1, row] = pad_columns(logprobs.cpu(), wide), pad_columns(ent.cpu(), wide)
@@ -175,7 +175,7 @@ def worst_case(config: RunConfig, models: Models, env: DistEnv, engine) -> dict:
     largest micro-batch on any rank."""
     t, n, layout = config.trainer, config.rollout.n, pack_group(config)
     objective, options = get_objective(config.algorithm.name), objective_config(config)
-    split = splits_groups(t) and not objective.algorithm.whole_groups  # as the update packs them
+    split = splits_groups(t, objective.algorithm.whole_groups)  # as the update packs them
     lengths = worst_lengths(t.max_tokens_per_micro_batch, config.data.max_prompt_length,
                             config.rollout.max_response_length, n, layout, t.mini_batch_size // env.world_size, split)
     groups = len(lengths) * env.world_size  # one mini-batch of them: its micro-batches as the budget packs them
