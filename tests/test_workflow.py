@@ -205,9 +205,10 @@ def real_overlay(workdir: Path) -> str:
 # takes longer than its step, here a sleep after the run; on the first job a preemption's signal after its first
 # step (STOP_AFTER), as SLURM's warning signal sends it. Each step is made TEARDOWN_STEP_S longer (PACS_STEP_DELAY_S),
 # so that the time, not this machine's load (a step of the tiny run took 4 to 18 s beside the other tests, a job's
-# start-up 15 to 60 s), decides the stops: the second job (3 minutes) has time for a step and a checkpoint after its
-# first step (at most 60 + 2 × 48 s), not for the teardown after them (at least 15 + 2 × 31 + 110 s)
-TEARDOWN_S, TEARDOWN_STEP_S = 110, 30
+# start-up 8 to 60 s), decides the stops: the second job (3 minutes) has time for a step and a checkpoint after its
+# first step (at most 60 + 2 × 48 s), and whatever its start-up, not for the teardown after them (more than
+# 2 × 30 + 125 s; with a teardown of 110 s a start-up of 8 s once left time for them)
+TEARDOWN_S, TEARDOWN_STEP_S = 125, 30
 TEARDOWN_JOB = """
 import os, signal, sys, time
 from pacs.train import launch
@@ -234,14 +235,14 @@ if __name__ == "__main__":
 
 
 def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> list[str]:
-    """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 4-minute job
-    stopped by a signal after its first step, a 3-minute job, a 4-minute job; every job's teardown lasts
+    """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 5-minute job
+    stopped by a signal after its first step, a 3-minute job, a 5-minute job; every job's teardown lasts
     TEARDOWN_S. Their SLURM ids."""
     config = write_run_config(root / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 3},
                               checkpoint={"save_every": 1, "stop_margin": 1.0})  # fmt: skip
     (root / "job.py").write_text(TEARDOWN_JOB)
     jobs: list[str] = []
-    for attempt, minutes, stop in ((1, 4, 1), (2, 3, 0), (3, 4, 0)):
+    for attempt, minutes, stop in ((1, 5, 1), (2, 3, 0), (3, 5, 0)):
         train = [sys.executable, str(root / "job.py"), "--config", str(config), "--out", str(root / "run")]
         command = ["sbatch", "--parsable", f"--time={minutes}", "--cpus-per-task=1", "--mem=2000",
                    f"--output={root}/job{attempt}.log", f"--chdir={root}",

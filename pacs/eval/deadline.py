@@ -80,6 +80,7 @@ class Deadline:
         """Raise ``Stopped`` when the next chunk must not start."""
         self.interrupted()
         if time.monotonic() - self.read_at >= REREAD_S:  # a grace time or `scontrol update TimeLimit=` moves it
-            self.end, self.read_at = slurm_end_time(self.environ), time.monotonic()
+            # a read that gets no answer keeps the end time read before
+            self.end, self.read_at = slurm_end_time(self.environ) or self.end, time.monotonic()
         if self.end is not None and self.chunk_s and time.time() + STOP_MARGIN * self.chunk_s > self.end:
             raise Stopped("time limit", self.chunks)

@@ -127,7 +127,8 @@ class Segment:
 
     def _refresh(self) -> None:
         if self.env.main and time.monotonic() - self.read_at >= REREAD_S:
-            self.end, self.read_at = slurm_end_time(self.environ), time.monotonic()
+            # a read that gets no answer keeps the end time read before
+            self.end, self.read_at = slurm_end_time(self.environ) or self.end, time.monotonic()
 
     def took(self, step: int, step_s: float = 0.0, checkpoint_s: float = 0.0) -> None:
         """Step ``step`` is done (and saved, with ``checkpoint_s``), having taken ``step_s`` seconds (and
