@@ -6,8 +6,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a frame is written, not by every command that writes a file
+    import pandas as pd
 
 PARQUET_KEY = b"pacs"
 
@@ -38,11 +40,11 @@ def atomic_write_json(path: Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
+def atomic_write_csv(path: Path, frame: "pd.DataFrame") -> None:
     atomic_write_text(path, frame.to_csv(index=False))
 
 
-def atomic_write_parquet(path: Path, frame: pd.DataFrame, metadata: dict | None = None) -> None:
+def atomic_write_parquet(path: Path, frame: "pd.DataFrame", metadata: dict | None = None) -> None:
     """``frame`` as parquet; ``metadata`` (JSON-able) goes into the file's key-value metadata under "pacs"."""
     import pyarrow as pa
     import pyarrow.parquet as pq

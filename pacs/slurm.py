@@ -123,3 +123,42 @@ def step_delay(environ=os.environ, name: str = STEP_DELAY) -> float:
     if not 0 <= delay < float("inf"):
         raise ValueError(f"{name}={text!r}: seconds a step or chunk is made longer, a number >= 0")
     return delay
+
+
+def allocated_gpus(environ=os.environ) -> int | None:
+    """The GPUs SLURM allocated this job on all its nodes (0: none asked), or None outside SLURM."""
+    if not environ.get("SLURM_JOB_ID"):
+        return None
+    nodes = int(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or 1)
+    if environ.get("SLURM_GPUS_ON_NODE"):
+        return int(environ["SLURM_GPUS_ON_NODE"]) * nodes
+    ids = environ.get("SLURM_JOB_GPUS") or environ.get("SLURM_STEP_GPUS") or ""
+    return len([i for i in ids.split(",") if i]) * nodes
+
+
+def job_states(jobs: list[str]) -> dict[str, dict]:
+    """``{job id: {"state": ..., "reason": ...}}`` for the SLURM jobs that squeue lists (pending, running,
+    completing) or, for the others, that sacct remembers (where the cluster keeps accounting); {} where neither
+    answers (no SLURM here). Read only."""
+    states: dict[str, dict] = {}
+    jobs = sorted(set(jobs), key=lambda j: (len(j), j))
+    if not jobs:
+        return states
+    for command, parse in (
+        (["squeue", "-h", "-o", "%i|%T|%r", "-j", ",".join(jobs)], lambda f: {"state": f[1], "reason": f[2]}),
+        (["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j", ",".join(jobs)],
+         lambda f: {"state": f[1].split()[0], "reason": f"exit code {f[2]}"}),
+    ):  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        for line in done.stdout.splitlines():
+            fields = line.strip().split("|")
+            if len(fields) == 3 and fields[0] in jobs and fields[0] not in states:
+                states[fields[0]] = parse(fields)
+        jobs = [j for j in jobs if j not in states]
+        if not jobs:
+            break
+    return states
+

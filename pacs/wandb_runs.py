@@ -1,4 +1,5 @@
-"""pacs's wandb runs: one writer each, its id from the output directory it describes, offline by default.
+"""pacs's wandb runs: one writer each, its id from the output directory it describes, offline by default (``auto``:
+online where the machine is logged in to wandb, offline otherwise; each job says which).
 
 Training (``pacs train``) writes one run per run directory, resumed by every job of the run; an evaluation
 (``pacs evaluate``) one per evaluation directory; the report rule (``pacs report wandb``) one per experiment.
@@ -18,8 +19,35 @@ from typing import Literal
 
 import yaml
 
-Mode = Literal["offline", "online", "disabled"]
-MODES = ("offline", "online", "disabled")
+Mode = Literal["offline", "online", "disabled", "auto"]
+MODES = ("offline", "online", "disabled", "auto")
+
+
+def logged_in(environ=os.environ) -> str | None:
+    """How this machine may write to wandb online without asking (``WANDB_API_KEY``, or the netrc entry `wandb
+    login` writes for its host), None when it may not. Nothing is sent."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if environ.get("WANDB_API_KEY"):
+        return "WANDB_API_KEY is set"
+    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    path = environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        if netrc.netrc(path).authenticators(host):
+            return f"logged in to {host} ({path})"
+    except (OSError, netrc.NetrcParseError):
+        pass
+    return None
+
+
+def resolve_mode(mode: Mode, environ=os.environ) -> tuple[str, str]:
+    """The mode a job runs wandb in, and why: ``auto`` is online where this machine is logged in (``logged_in``),
+    offline otherwise."""
+    if mode != "auto":
+        return mode, "as configured"
+    why = logged_in(environ)
+    return ("online", f"auto: {why}") if why else ("offline", "auto: not logged in (wandb login, or WANDB_API_KEY)")
 
 
 def run_id(out: Path) -> str:
@@ -28,14 +56,16 @@ def run_id(out: Path) -> str:
     return f"{out.name}-{hashlib.sha1(str(out).encode()).hexdigest()[:8]}"
 
 
-def check_environment(mode: Mode) -> None:
-    """Before the work: the mode chosen (``--wandb``, ``logging.wandb``) wins over ``WANDB_MODE`` (set to it here,
-    for this process and those it starts), and any other ``WANDB_*`` variable whose value wandb refuses is named
-    with that value, rather than found by ``wandb.init`` once the work is done. Disabled: nothing is checked."""
+def check_environment(mode: Mode) -> str:
+    """Before the work: the mode chosen (``--wandb``, ``logging.wandb``; ``auto`` resolved, ``resolve_mode``) wins
+    over ``WANDB_MODE`` (set to it here, for this process and those it starts), and any other ``WANDB_*`` variable
+    whose value wandb refuses is named with that value, rather than found by ``wandb.init`` once the work is done.
+    Disabled: nothing is checked. Returns the mode resolved."""
     if mode not in MODES:
         raise ValueError(f"wandb mode {mode!r}: expected one of {', '.join(MODES)}")
+    mode = resolve_mode(mode)[0]
     if mode == "disabled":
-        return
+        return mode
     os.environ["WANDB_MODE"] = mode
     import wandb
     from pydantic import ValidationError
@@ -50,18 +80,22 @@ def check_environment(mode: Mode) -> None:
     if refused:
         raise ValueError(f"wandb refuses the environment's {', '.join(refused)}: correct or unset it (or run with "
                          "wandb disabled)")  # fmt: skip
+    return mode
 
 
 def start_run(out: Path, mode: Mode, project: str, name: str, group: str | None, job_type: str, config: dict,
               replace: bool = False):  # fmt: skip
     """``wandb.init`` for the run describing ``out`` (files under ``out/wandb``); None when ``mode`` is
-    disabled, and then wandb is not imported."""
-    check_environment(mode)
+    disabled, and then wandb is not imported. Says which mode, and why, and how to upload an offline run."""
+    why = resolve_mode(mode)[1]
+    mode = check_environment(mode)
     if mode == "disabled":
         return None
     import wandb
 
     out = Path(out)
+    later = f"; upload it later: wandb sync {out.resolve()}/wandb/offline-run-*" if mode == "offline" else ""
+    print(f"wandb: {mode} ({why}){later}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     identity = run_id(out)
     if replace:

@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import socket
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -91,3 +92,27 @@ def sole_writer(out: Path, what: str) -> Iterator[None]:
             (out / HOLDER).unlink(missing_ok=True)
     finally:
         os.close(fd)  # the lock with it
+
+
+def live_holder(out: Path) -> dict | None:
+    """The process that holds OUT's lock now, as it named itself ({} before it has), or None when none does: asked
+    of the lock (``F_GETLK``), which takes nothing, so that a reader (`pacs status`) never stands in a writer's
+    way."""
+    try:
+        fd = os.open(Path(out) / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        asked = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if kind == fcntl.F_UNLCK:
+        return None
+    try:
+        return json.loads((Path(out) / HOLDER).read_text())
+    except (OSError, ValueError):
+        return {}
+

@@ -55,15 +55,41 @@ def mid_step(run: Path, starts: int, deadline: float, rng: random.Random, latest
     return started()[starts - 1]["slurm_job"], done + 1
 
 
-def interrupt_training(run: Path, log: list[dict], timeout_s: float, seed: int = 0) -> None:
+def files_now(run: Path) -> tuple:
+    """What a status of ``run`` reads, as it is now: its records, its last step, its checkpoints, trained.json."""
+    checkpoints = sorted(p.name for p in (run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else []
+    return len(read_segments(run)), steps_done(run), checkpoints, (run / "trained.json").exists()
+
+
+def while_running(run: Path, take, deadline: float) -> dict:
+    """``take()`` (a status) while the job that started last trains ``run``, once it has trained a step, at a
+    moment when none of ``run``'s files changed while it was taken (tried again otherwise): ``{"taken": its
+    result, "records": the records then, "step": the last step then, "checkpoints": the checkpoints then}``."""
+    started = lambda: [r for r in read_segments(run) if r["event"] == "start"]  # noqa: E731
+    first = started()[-1]["step"]
+    wait_for(lambda: steps_done(run) > first, deadline, f"a step of start {len(started())}")
+    while True:
+        before = files_now(run)
+        taken = take()
+        if files_now(run) == before:
+            return {"taken": taken, "records": read_segments(run), "step": before[1], "checkpoints": before[2]}
+        assert time.monotonic() < deadline, "no moment without a change"
+        time.sleep(1)
+
+
+def interrupt_training(run: Path, log: list[dict], timeout_s: float, seed: int = 0, during=None) -> None:
     """The workflow's SLURM training of ``run``: in its first start, ``scontrol requeue`` at a random moment of a
     step, early enough that KillWait ends the step unsaved; then, in the start after its first stop for the time
     limit, a job of partition `high` asking for both GPUs, which preempts it with the partition's GraceTime as
-    warning. ``log`` gets what was done, when, and the step in flight."""
+    warning. ``log`` gets what was done, when, and the step in flight; in between, in the second start, ``during``
+    (a status) taken while it trains (``while_running``), logged as "during"."""
     rng, deadline = random.Random(seed), time.monotonic() + timeout_s
     job, step = mid_step(run, 1, deadline, rng, 6.0)
     log.append({"what": "requeue", "time": time.time(), "job": job, "in_flight": step})  # its SIGTERM follows
     subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
+    if during is not None:
+        wait_for(lambda: sum(1 for r in read_segments(run) if r["event"] == "start") >= 2, deadline, "start 2")
+        log.append({"what": "during", "time": time.time(), **while_running(run, during, deadline)})
     wait_for(lambda: any(r["event"] == "stop" and r["reason"] == "time limit" for r in read_segments(run)),
              deadline, "a stop for the time limit")  # fmt: skip
     starts = sum(1 for r in read_segments(run) if r["event"] == "start")

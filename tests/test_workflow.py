@@ -34,8 +34,10 @@ from workflow_runs import (
     VLLM,
     Started,
     job_counts,
+    job_gpu_hours,
     merged,
     overlay,
+    pacs_status,
     place_built,
     snakemake,
     snakemake_command,
@@ -175,6 +177,7 @@ def stop_mid_step(workdir: Path, config: str, env: dict, run: Later, log: list[d
     done = subprocess.run(["pacs", "stop", config], cwd=workdir, env=env, capture_output=True, text=True)
     log.append({"time": time.time(), "job": job, "in_flight": step, "returncode": done.returncode,
                 "output": done.stdout + done.stderr, "first": run.result()})  # fmt: skip
+    log[-1]["status"] = pacs_status(workdir, config)  # between the two runs of the workflow
     log[-1]["again"] = subprocess.run(snakemake_command(workdir, "--profile", "slurm", STOPPED_RUN, "--configfile",
                                                         config), capture_output=True, text=True, env=env,
                                       timeout=timeout_s)  # fmt: skip
@@ -326,7 +329,10 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
         # its training requeued mid-step, then preempted (tests/slurm_events.py); every requeued job's hold released
         done, interrupted = threading.Event(), []
         run_dir = root / "run" / "results" / "tiny" / "runs" / "tiny" / "pacs"
-        driver = threading.Thread(target=interrupt_training, args=(run_dir, interrupted, 2400), daemon=True)
+        # and `pacs status` while its second start trains (test_pacs_status_says_where_every_job_stands)
+        status = lambda: pacs_status(root / "run", config)  # noqa: E731
+        driver = threading.Thread(target=interrupt_training, args=(run_dir, interrupted, 2400, 0, status),
+                                  daemon=True)  # fmt: skip
         driver.start()
         started["interruptions"] = (driver, interrupted, release_held(done), done)
         data = " ".join(f"results/tiny/data/toy_{split}.parquet" for split in ("train", "heldout"))
@@ -567,6 +573,9 @@ def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
     (trained,) = wandb_runs(results / "runs/tiny/pacs")
     training = read_wandb_run(trained)
     assert (training["job_type"], training["group"], training["name"]) == ("train", "tiny-tiny-pacs", "tiny-tiny-pacs")
+    # the plan's figures in its config, beside the hours its jobs held, logged at each step
+    assert training["config"]["logging"]["plan"]["steps"] == 10 and training["summary"]["progress/hours"] > 0
+    assert training["summary"]["progress/gpu_hours"] == 0  # CPU jobs
     for method, step, group in (("pacs", 10, "tiny-tiny-pacs"), ("base", 0, "tiny-tiny")):
         where = results / f"eval/tiny/{method}/step_{step:06d}/toy_heldout"
         run, metrics = read_wandb_run(wandb_runs(where)[0]), json.loads((where / "metrics.json").read_text())
@@ -601,6 +610,43 @@ def check_wandb_runs(workdir: Path, table: pd.DataFrame) -> None:
     figures = {p.stem for p in (results / "figures").glob("*.png")}
     assert {k.removeprefix("figures/") for k in report["summary"] if k.startswith("figures/")} == figures
     assert all(report["summary"][f"figures/{f}"]["_type"] == "image-file" for f in figures)
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` with its kind, size and modification time."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
+
+
+@pytest.mark.slow
+def test_pacs_status_of_the_finished_tiny_experiment_says_every_job_done_and_writes_nothing(tiny_run):
+    """`pacs status` (JSON, and the terminal's table) after the local run: every run done at its last step, its
+    pace and plan beside it, every preflight and evaluation done with every problem sampled, the report written,
+    nothing failed; the GPU-hours its jobs' records hold (none: CPU jobs); and not one file under the working
+    directory (results/ and .snakemake/) created, changed or touched."""
+    configs = configfiles(tiny_run)
+    before = tree(tiny_run)
+    status = pacs_status(tiny_run, *configs)
+    shown = subprocess.run(["pacs", "status", *configs], cwd=tiny_run, capture_output=True, text=True,
+                           env=venv_env(COLUMNS="200"), timeout=300)  # fmt: skip
+    assert tree(tiny_run) == before
+    results = tiny_run / "results" / "tiny"
+    assert len(status["runs"]) == 6 and status["schema"] == 1, status["runs"]
+    for run in status["runs"]:
+        records = read_segments(results / "runs" / run["model"] / run["method"])
+        assert (run["state"], run["step"], run["total_steps"], run["checkpoint"]) == ("done", 10, 10, 10), run
+        assert run["jobs"] == sum(1 for r in records if r["event"] == "start") and run["gpus"] == 0, run
+        assert run["gpu_hours"] == job_gpu_hours(records) == 0 and run["hours"] > 0, run
+        assert run["step_s"] > 0 and [s for s, _ in run["heldout"]] == [0, 5, 10], run
+        assert f"{run['model']}/{run['method']}" in shown.stdout
+        # each job said where its wandb run goes and how to upload it
+        assert "wandb: offline (as configured); upload it later: wandb sync" in (tiny_run / run["log"]).read_text()
+    assert {p["state"] for p in status["preflights"]} == {"done"}, status["preflights"]
+    for evaluation in status["evaluations"]:
+        assert evaluation["state"] == "done", evaluation
+        assert all(b["sampled"] == b["problems"] > 0 for b in evaluation["benchmarks"]), evaluation
+    assert status["failed"] == [] and status["blocked"] == {} and status["totals"]["report"], status["totals"]
+    assert 0 < status["totals"]["disk_bytes"] and status["wandb"]["mode"] == "offline"
+    assert shown.returncode == 0 and "experiment:" in shown.stdout and "REPORT.md written" in shown.stdout
 
 
 @pytest.mark.slow
@@ -658,7 +704,7 @@ def test_tiny_experiment_through_slurm_stopped_requeued_and_preempted_ends_bitwi
     assert done.returncode == 0, output[-5000:]
     driver, interrupted, *_ = experiments["interruptions"]
     driver.join(timeout=60)
-    assert [i["what"] for i in interrupted] == ["requeue", "preempt"], interrupted
+    assert [i["what"] for i in interrupted] == ["requeue", "during", "preempt"], interrupted
     reference, trained = experiments["reference"]
     trained = trained.result()
     assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
@@ -672,7 +718,7 @@ def test_tiny_experiment_through_slurm_stopped_requeued_and_preempted_ends_bitwi
     assert len({s["slurm_job"] for s in starts}) == 1, segments  # one job, started again by SLURM
     assert [s["restart"] for s in starts] == list(range(len(starts))) and all(s["end_time"] for s in starts)
     after = lambda t: [r for r in segments if r["time"] > t]  # noqa: E731
-    requeued, preempted = interrupted
+    requeued, _, preempted = interrupted
     # requeued with KillWait shorter than the step: the ranks heard SIGTERM and died in the step; the next start
     # resumes from the last checkpoint (every 2 steps), the step in flight lost
     signalled, *rest = after(requeued["time"])
@@ -714,6 +760,39 @@ def test_tiny_experiment_through_slurm_stopped_requeued_and_preempted_ends_bitwi
         assert "torch.distributed.run" in launch["command"], launch
     assert any((run_dir / "checkpoints").glob("step_*/rng_rank1.pt"))  # the second rank ran
 
+    # `pacs status` once it is done: every job done, the run's GPU-hours its jobs' recorded times × their 2 GPUs
+    status = pacs_status(workdir, local)
+    (entry,) = status["runs"]
+    assert (entry["state"], entry["step"], entry["jobs"], entry["gpus"]) == ("done", SEGMENTED_STEPS, len(starts), 2)
+    assert all(s["gpus"] == 2 and s["launched"] < s["time"] for s in starts), starts
+    assert entry["gpu_hours"] == pytest.approx(job_gpu_hours(segments)) and entry["gpu_hours"] > 0
+    assert entry["slurm"]["job"] == starts[-1]["slurm_job"]
+    assert {e["state"] for e in status["evaluations"] + status["preflights"]} == {"done"}, status
+    assert status["failed"] == [] and status["totals"]["report"] and status["totals"]["eta"] == status["time"]
+
+
+
+@pytest.mark.slow
+def test_pacs_status_while_a_slurm_job_trains_says_its_step_state_and_pace(slurm_cluster, experiments):
+    """`pacs status --json` (a process of its own, as on a login node) while the SLURM slice's second start trains,
+    taken at a moment when none of the run's files changed while it read them (tests/slurm_events.py,
+    ``while_running``): the run is running, at the step and checkpoint its files hold, in its second job, the SLURM
+    job its records name listed as running, its pace the delayed steps', its end still to come; what waits on the
+    run waits."""
+    driver, interrupted, *_ = experiments["interruptions"]
+    driver.join(timeout=2400)
+    during = next(i for i in interrupted if i["what"] == "during")
+    status, records = during["taken"], during["records"]
+    starts = [r for r in records if r["event"] == "start"]
+    (entry,) = status["runs"]
+    assert (entry["state"], entry["step"], entry["jobs"]) == ("running", during["step"], len(starts)), entry
+    assert entry["checkpoint"] == max(int(c.removeprefix("step_")) for c in during["checkpoints"]), entry
+    assert entry["holder"]["pid"] and entry["slurm"]["job"] == starts[-1]["slurm_job"], entry
+    assert entry["slurm"]["state"] == "RUNNING" and status["slurm"], entry
+    assert entry["step_s"] > STEP_DELAY_S and entry["eta"] > status["time"] and entry["gpu_hours"] > 0, entry
+    trained = [e for e in status["evaluations"] if e["method"] == "pacs"]
+    assert trained and {e["state"] for e in trained} == {"waiting"}, trained
+    assert {p["state"] for p in status["preflights"]} == {"done"} and status["failed"] == [], status
 
 
 @pytest.mark.slow
@@ -801,6 +880,10 @@ def test_a_stop_saves_the_step_in_flight_and_lasts_until_the_workflow_runs_again
     assert stop["step_s"] > 5 + 1  # longer than KillWait: scancel's SIGKILL would have come first
     assert (ended["event"], ended["code"]) == ("exit", EXIT_STOPPED), records
     assert [r["event"] for r in records[2:3]] == ["start"]  # nothing more until the next run of the workflow
+    # `pacs status` between the two runs: the run stopped, saved at the step in flight, and why
+    (entry,) = [r for r in stopped["status"]["runs"] if r["method"] == "pacs"]
+    assert (entry["state"], entry["reason"], entry["step"]) == ("stopped", "stop asked", stopped["in_flight"]), entry
+    assert entry["checkpoint"] == stopped["in_flight"] and entry["log_tail"], entry
     assert "requeued" not in (run_dir / "logs" / "jobs.log").read_text().split("stopped early (stop asked)")[1][:2000]
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert "is over: removed results/stopped/STOP" in again.stdout + again.stderr

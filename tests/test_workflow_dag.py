@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import yaml
-from workflow_runs import NO_CLUSTER, REPO, REPORT_JOBS, TINY, job_counts, overlay, place_built, snakemake
+from workflow_runs import NO_CLUSTER, REPO, REPORT_JOBS, TINY, job_counts, overlay, pacs_status, place_built, snakemake
 
 from pacs.train.settings.config import load_run_config
 
@@ -88,6 +88,10 @@ def test_the_paper_v2_dry_run(tmp_path):
         pacs["algorithm"]["options"]["reward_proxy"] == "reference" and pacs["trainer"]["reference_reset_every"] == 20
     )
     assert runs["qwen3-8b_grpo"]["trainer"]["reference_reset_every"] is None
+    # the plan's figures for each run, in its wandb run's config
+    plan = pacs["logging"]["plan"]
+    assert (plan["steps"], plan["gpus"], plan["gpu"]) == (320, 8, "NVIDIA H200 141GB"), plan
+    assert plan["gpu_hours"] > plan["hours"] > 0, plan
     assert (pacs["model"]["path"], pacs["rollout"]["max_response_length"], pacs["data"]["max_prompt_length"]) == (
         "Qwen/Qwen3-8B", 8192, 1024)  # fmt: skip
     assert pacs["data"]["chat_template_kwargs"] == {"enable_thinking": True} and pacs["optim"]["critic_lr"] == 1e-5
@@ -202,6 +206,19 @@ def test_a_preflight_over_its_device_memory_stops_the_workflow_before_training(t
     assert "build_tiny_model" not in done.stdout + done.stderr  # placed, not built again
     assert not (tmp_path / "results/tiny/runs").exists()
     assert not (tmp_path / "results/tiny/preflight/tiny_pacs/preflight.json").exists()
+    # `pacs status`: the failed preflight, its log and its last lines, and everything that waits on it
+    status = pacs_status(tmp_path, str(REPO / "config" / "tiny.yaml"), small)
+    (failed,) = status["failed"]
+    assert (failed["name"], failed["rule"]) == ("preflight/tiny_pacs", "preflight_job"), failed
+    assert failed["log"] == "results/tiny/logs/preflight/tiny_pacs.log", failed
+    (preflight,) = [p for p in status["preflights"] if p["name"] == "preflight/tiny_pacs"]
+    assert preflight["state"] == "failed" and any("FAILED: train/tiny/pacs" in x for x in preflight["log_tail"])
+    waiting = set(status["blocked"]["preflight/tiny_pacs"])
+    assert {"train/tiny/pacs", "evaluate/tiny/pacs/step_000040", "report"} <= waiting, waiting
+    assert not any(name.startswith(("train/tiny/grpo", "evaluate/tiny/base")) for name in waiting), waiting
+    (run,) = [r for r in status["runs"] if r["method"] == "pacs"]
+    assert (run["state"], run["blocked_by"], run["eta"]) == ("waiting", ["preflight/tiny_pacs"], None), run
+    assert status["totals"]["eta"] is None
 
 
 def test_a_site_s_qos_and_constraint_reach_each_kind_of_job(tmp_path):

@@ -4,6 +4,7 @@ environment, a run started now and awaited later, config overlays, a dry run's j
 toy data and tiny model placed where the workflow builds them."""
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -69,6 +70,30 @@ class Started:
                     self.proc.wait(timeout=60)
         self.out.close()
         self.err.close()
+
+
+def pacs_status(workdir: Path, *configs: str, env: dict | None = None) -> dict:
+    """`pacs status --json` on the workflow run from ``workdir`` with ``configs``, as a user runs it (the console
+    script, a process of its own): its JSON."""
+    done = subprocess.run(["pacs", "status", "--json", *configs], cwd=workdir, capture_output=True, text=True,
+                          env=env or venv_env(), timeout=300)  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return json.loads(done.stdout)
+
+
+def job_gpu_hours(records: list[dict]) -> float:
+    """A run's GPU-hours as its records hold them: each job's GPUs × the seconds from its launcher's start to its
+    ``exit`` (or, where it ended without one, its last record)."""
+    total, job = 0.0, None
+    for record in [*records, {"event": "start"}]:
+        if record["event"] == "start":
+            if job:
+                end = next((r["time"] for r in job if r["event"] == "exit"), job[-1]["time"])
+                total += job[0]["gpus"] * (end - job[0]["launched"]) / 3600
+            job = [record]
+        elif job:
+            job.append(record)
+    return total
 
 
 def overlay(path: Path, data: dict) -> str:

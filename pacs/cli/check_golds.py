@@ -3,8 +3,6 @@
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
 from pacs.cli.common import verify_config
 from pacs.io import atomic_write_csv
 
@@ -26,6 +24,8 @@ def add_parser(verbs) -> None:
 
 
 def cmd_check_golds(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from pacs.data.sources import load_gold_rows
     from pacs.verify import VerifierPool
     from pacs.verify.gold_check import check_golds

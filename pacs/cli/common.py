@@ -78,7 +78,7 @@ def toy_task(task: str):
 def toy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="toy task: the generator's seed; gpqa: the shuffle's "
                         "(the toolkit's 0)")  # fmt: skip
-    from pacs.data.toy import HELDOUT_SIZE, TRAIN_SIZE
+    from pacs.data import HELDOUT_SIZE, TRAIN_SIZE
 
     parser.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="toy task: training problems")
     parser.add_argument("--heldout-size", type=int, default=HELDOUT_SIZE, help="toy task: held-out problems")

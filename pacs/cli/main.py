@@ -17,6 +17,7 @@ from pacs.cli import (
     preflight,
     prepare_data,
     report,
+    status,
     stop,
     tiny_embedder,
     tiny_model,
@@ -27,7 +28,7 @@ from pacs.cli import (
 DESCRIPTION = "`pacs <verb>`: the only place that reads argv."
 # the order of `pacs --help`
 COMMANDS = (bench, check_golds, check_code, prepare_data, toy_data, tiny_model, tiny_embedder, evaluate, diversity,
-            report, plan, preflight, train, stop)  # fmt: skip
+            report, plan, preflight, train, status, stop)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,8 +3,6 @@
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
 from pacs.io import atomic_write_csv
 
 
@@ -47,6 +45,8 @@ def _add_tables(parts) -> None:
 
 
 def cmd_report_tables(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from pacs.io import atomic_write_text
     from pacs.report import significance
     from pacs.report.collect import comparison, published_for, read_manifest, read_published
@@ -82,6 +82,8 @@ def _add_figures(parts) -> None:
 
 
 def cmd_report_figures(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from pacs.report.collect import published_for, read_manifest
     from pacs.report.figures import all_figures
 
@@ -108,6 +110,8 @@ def _add_summary(parts) -> None:
 
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from pacs.io import atomic_write_text
     from pacs.report.collect import read_manifest
     from pacs.report.summary import write_report
@@ -131,6 +135,8 @@ def _add_wandb(parts) -> None:
 
 
 def cmd_report_wandb(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from pacs.io import atomic_write_json
     from pacs.report.collect import read_manifest
     from pacs.report.wandb_report import log_results

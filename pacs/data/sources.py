@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import pandas as pd
-
 from pacs.data.golds import GoldError, gsm8k_gold, normalize_gold
 
 GOLD_FORMATS = {"plain": normalize_gold, "gsm8k": gsm8k_gold}
@@ -111,6 +109,8 @@ def read_records(path: Path) -> list[dict]:
             raise ValueError(f"{path}: expected a JSON list of objects")
         return rows
     if path.suffix == ".parquet":
+        import pandas as pd
+
         return pd.read_parquet(path).to_dict("records")
     raise ValueError(f"{path}: unsupported file type {path.suffix!r} (jsonl, json or parquet)")
 

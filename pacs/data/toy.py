@@ -15,7 +15,6 @@ from pacs.data.sources import RawRow
 DATA_SOURCE = "toy_addition"
 
 
-TRAIN_SIZE, HELDOUT_SIZE = 4000, 200  # the toy task's default splits
 
 
 def toy_problem(a: int, b: int) -> str:

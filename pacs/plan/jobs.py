@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pacs.algorithms.options import get_algorithm
 from pacs.config import from_dict
-from pacs.data.toy import HELDOUT_SIZE
+from pacs.data import HELDOUT_SIZE
 from pacs.plan.calibration import Calibration
 from pacs.plan.decode import decode_seconds, generation_seconds, spread
 from pacs.plan.disk import checkpoint_bytes

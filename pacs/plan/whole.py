@@ -77,6 +77,16 @@ class Plan:
             return None
         return min(job.save_every, job.steps) * (job.seconds - startup_seconds(job, self.calibration)) / job.steps / 60
 
+    def figures(self, name: str) -> dict:
+        """What the plan says of training job ``name``, to 3 significant figures: its GPU-hours, hours, seconds a
+        step (its start-up aside), steps and GPUs (None where it has no time for it)."""
+        job = self.job(name)
+        three = lambda x: None if x is None else float(f"{x:.3g}")  # noqa: E731
+        step = None if job.seconds is None or not job.steps else (
+            job.seconds - startup_seconds(job, self.calibration)) / job.steps  # fmt: skip
+        return {"gpu_hours": three(job.gpu_hours), "hours": three(job.seconds and job.seconds / 3600),
+                "step_s": three(step), "steps": job.steps, "gpus": job.gpus, "gpu": self.calibration.gpu}  # fmt: skip
+
     @property
     def disk_bytes(self) -> int:
         """Every run's peak disk together, and the superseded runs still on disk: the most the experiment holds if

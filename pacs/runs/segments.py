@@ -15,8 +15,9 @@
   resumes. A stop on a signal or a stop asked does not: SLURM requeues a preempted job itself, and a stop asked
   is meant to last. A job that stopped for its time limit without training a step fails, naming the limit.
 - **Record.** Rank 0 appends to ``DIR/segments.jsonl``: a ``start`` (time, step, SLURM job, how many times SLURM
-  started that job before (``restart``: a requeue or a preemption), end time, torch's intra-op threads, the step
-  delay where set), a ``signal`` when one arrives, a ``changed`` when the run resumes under a change of how it
+  started that job before (``restart``: a requeue or a preemption), end time, when its launcher started
+  (``launched``) and the GPUs it holds (SLURM's allocation, else its CUDA ranks), torch's intra-op threads, the
+  step delay where set), a ``signal`` when one arrives, a ``changed`` when the run resumes under a change of how it
   computes (pacs.runs.directory), and a ``stop`` (time, step, reason, the measured seconds and ``need_s``, the
   seconds the last check kept free) or a ``failed``; the launcher, once the job's processes ended, an ``exit``
   after a ``stop``: the teardown's seconds from the stop (the pools, the engine, wandb's finish, the processes'
@@ -35,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pacs.slurm import EXIT_STOPPED as EXIT_STOPPED  # where the trainer and its tests read it
-from pacs.slurm import REREAD_S, STEP_DELAY, slurm_end_time, step_delay
+from pacs.slurm import REREAD_S, STEP_DELAY, allocated_gpus, slurm_end_time, step_delay
 from pacs.stop import stop_requested
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # a stop at the next step, saved (exit 75)
+LAUNCHED = "PACS_JOB_LAUNCHED"  # when the job's launcher started (seconds since the epoch): its ranks' start record
 STOP_ASKED = "stop asked"  # the reason of a stop by the experiment's stop file (pacs stop)
 
 
@@ -109,8 +111,11 @@ class Segment:
         if self.delay_s:
             print(f"{STEP_DELAY}={self.delay_s:g}: each step of this job is made {self.delay_s:g} s longer", flush=True)
         # the intra-op threads: a sum split over other threads may differ in its last bits
-        self._record("start", step=step, slurm_job=job, restart=restart, end_time=self.end,
-                     cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"), threads=torch.get_num_threads(),
+        # what the job holds from its start (its launcher's) and on how many GPUs: `pacs status`'s GPU-hours
+        gpus, launched = job_gpus(self.env, self.environ), launched_at(self.environ)
+        self._record("start", step=step, slurm_job=job, restart=restart, end_time=self.end, launched=launched,
+                     gpus=gpus, cuda_allocator=self.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                     threads=torch.get_num_threads(),
                      **({"step_delay_s": self.delay_s} if self.delay_s else {}),
                      **({"sizes": sizes} if sizes else {}))  # fmt: skip
 
@@ -167,6 +172,83 @@ class Segment:
                      need_s=self.need_s, peak_gb=rank_peaks(self.env),
                      **({"step_delay_s": self.delay_s} if self.delay_s else {}),
                      **({"worst_case": worst} if worst else {}))  # fmt: skip
+
+
+@dataclass
+class Job:
+    """One job of the run: its records from its ``start`` on."""
+
+    records: list[dict]
+
+    @property
+    def start(self) -> dict:
+        return self.records[0]
+
+    @property
+    def began(self) -> float:
+        """When it started: its launcher's start, else its start record's."""
+        return self.start.get("launched") or self.start["time"]
+
+    @property
+    def gpus(self) -> int:
+        return int(self.start.get("gpus") or 0)
+
+    @property
+    def slurm_job(self) -> str | None:
+        return self.start.get("slurm_job")
+
+    def ended(self) -> dict | None:
+        """Its ``stop`` or ``failed`` record (None: neither, yet or ever)."""
+        return next((r for r in self.records if r["event"] in ("stop", "failed")), None)
+
+    def exit(self) -> dict | None:
+        return next((r for r in self.records if r["event"] == "exit"), None)
+
+    def end(self, live: bool, now: float) -> float:
+        """When it ended: its launcher's ``exit``, else its last record; ``now`` while it runs."""
+        if live:
+            return now
+        exit_ = self.exit()
+        return exit_["time"] if exit_ else self.records[-1]["time"]
+
+    def seconds(self, live: bool, now: float) -> float:
+        return max(0.0, self.end(live, now) - self.began)
+
+    def gpu_hours(self, live: bool, now: float) -> float:
+        return self.gpus * self.seconds(live, now) / 3600
+
+
+def split_jobs(records: list[dict]) -> list[Job]:
+    """The records of each job, from each ``start`` (records before the first, a resume's ``changed``, aside)."""
+    jobs: list[Job] = []
+    for record in records:
+        if record["event"] == "start":
+            jobs.append(Job([record]))
+        elif jobs:
+            jobs[-1].records.append(record)
+    return jobs
+
+
+def job_gpus(env, environ=os.environ) -> int:
+    """The GPUs this job holds: SLURM's allocation, else its ranks where they run on CUDA, else none."""
+    gpus = allocated_gpus(environ)
+    return (env.world_size if str(env.device).startswith("cuda") else 0) if gpus is None else gpus
+
+
+def launched_at(environ=os.environ) -> float | None:
+    """When this job's launcher started (``LAUNCHED``, which it sets for its ranks)."""
+    return float(environ.get(LAUNCHED) or 0.0) or None
+
+
+def process_started() -> float:
+    """When this process started, in seconds since the epoch (Linux's /proc; elsewhere: now)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))  # fmt: skip
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
 
 
 def job_ended(out: Path, began: int, code: int | None, signalled: str = "") -> None:

@@ -25,7 +25,18 @@ from pathlib import Path
 from pacs.config import to_dict
 from pacs.ranks.allocator import configure_allocator
 from pacs.runs.lifetime import PARENT, SIGNALS_TORCHRUN_HANDLES, rank_dies_with_torchrun, wait_forwarding_stops
-from pacs.runs.segments import EXIT_STOPPED, JobOptions, how_ended, read_segments, teardown_recorded
+from pacs.runs.segments import (
+    EXIT_STOPPED,
+    LAUNCHED,
+    JobOptions,
+    how_ended,
+    job_gpus,
+    launched_at,
+    process_started,
+    read_segments,
+    split_jobs,
+    teardown_recorded,
+)
 from pacs.slurm import after_stop
 from pacs.stop import describe, stop_requested
 from pacs.train.settings.config import load_run_config
@@ -33,22 +44,30 @@ from pacs.wandb_runs import check_environment, start_run
 from pacs.writer_lock import sole_writer
 
 
-def _wandb_logger(config, out: Path):
-    """The run's wandb run (``pacs.wandb_runs``), resumed by every job of the run, grouped with its evaluations.
-    Its service is a process of the job: SLURM's SIGTERM (a preemption's warning) ends it while the ranks finish
-    their step, so a failed log is said once and ends the job's logging to wandb, not the job (metrics.jsonl keeps
-    every step, and the next job's wandb run resumes)."""
+def _wandb_logger(config, out: Path, env):
+    """The run's wandb run (``pacs.wandb_runs``), resumed by every job of the run, grouped with its evaluations;
+    its config holds the plan's figures for the run (``logging.plan``), and each step logs the hours and GPU-hours
+    the run's jobs have held so far (``progress/``: its earlier jobs' records, and this job from its launcher's
+    start). Its service is a process of the job: SLURM's SIGTERM (a preemption's warning) ends it while the ranks
+    finish their step, so a failed log is said once and ends the job's logging to wandb, not the job (metrics.jsonl
+    keeps every step, and the next job's wandb run resumes)."""
     name = config.logging.run_name or out.resolve().name
     run = start_run(out, config.logging.wandb, config.logging.project, name, name, "train", to_dict(config))
     if run is None:
         return None, None
-    failed = []
+    failed, now = [], time.time()
+    earlier = split_jobs(read_segments(out))
+    hours, gpu_hours = (sum(j.seconds(False, now) for j in earlier) / 3600,
+                        sum(j.gpu_hours(False, now) for j in earlier))  # fmt: skip
+    gpus, launched = job_gpus(env), launched_at() or now
 
     def log(record: dict) -> None:
         if failed:
             return
+        held = (time.time() - launched) / 3600
+        progress = {"progress/hours": hours + held, "progress/gpu_hours": gpu_hours + gpus * held}
         try:
-            run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+            run.log({**{k: v for k, v in record.items() if k != "step"}, **progress}, step=record["step"])
         except Exception as e:  # noqa: BLE001 (whatever the service's end raises)
             failed.append(e)
             print(f"{out}: wandb stopped taking this job's steps at step {record['step']} ({type(e).__name__}: {e}); "
@@ -80,7 +99,7 @@ def run(config_path: Path, out: Path, job: JobOptions) -> int:
                                local_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # fmt: skip
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    wandb_run, log = _wandb_logger(config, out) if env.main else (None, None)
+    wandb_run, log = _wandb_logger(config, out, env) if env.main else (None, None)
     try:
         summary = train(config, out, env, log, job)
     finally:
@@ -167,6 +186,7 @@ def launch(config_path: Path, out: Path, job: JobOptions | None = None, nproc_pe
         # rank 0 holds the directory's lock for the job, where the pacs train that started torchrun does not
         with sole_writer(out, "pacs train"):  # (pacs.writer_lock: then a no-op)
             return run(config_path, out, job)
+    environ[LAUNCHED] = str(process_started())  # this job's start, for its ranks' records (pacs.runs.segments)
     check_environment(load_run_config(config_path).logging.wandb)  # a bad config or environment fails here,
     # before anything starts
     asked = stop_requested(job.stop_file)

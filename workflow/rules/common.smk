@@ -109,10 +109,9 @@ for e in EVALUATIONS:
     e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
 
 for (model, method), run in RUN_CONFIGS.items():
-    # the run's config, read by pacs train; its training rule reads only the keys of what it computes
-    # (pacs.train.settings.changes): a change of how (a micro-batch, recompute, vLLM's memory) resumes a stopped run
-    # under it and leaves a finished run and everything after it as they are
-    write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(run, sort_keys=False))
+    # its training rule reads only the keys of what the run computes (pacs.train.settings.changes): a change of how
+    # (a micro-batch, recompute, vLLM's memory) resumes a stopped run under it and leaves a finished run and
+    # everything after it as they are; the run's config itself is written once the plan is known (below)
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.what.yaml", yaml.safe_dump(what_part(run), sort_keys=False))
     # the steps whose weights outlive retention, read by the trainer at every save: apart from the run's config,
     # so that evaluating other steps does not restart a run
@@ -189,6 +188,10 @@ if workflow.is_main_process:
         print(f"pacs plan ({RESULTS}/plan.md):\n{format_plan(PLAN)}", file=sys.stderr)
 if PLAN.errors:
     raise ConfigError("config: jobs that cannot run as configured (pacs plan):\n" + "\n".join(PLAN.errors))
+for (model, method), run in RUN_CONFIGS.items():
+    # the run's config, read by pacs train, with the plan's figures for it (in its wandb run's config)
+    planned = {**run, "logging": {**run["logging"], "plan": PLAN.figures(f"train/{model}/{method}")}}
+    write_if_changed(f"{CONFIGS}/run_{model}_{method}.yaml", yaml.safe_dump(planned, sort_keys=False))
 
 # One preflight per distinct training job shape (pacs preflight). Its spec is written again only when its key
 # changes (the run as it trains; not a learning rate, a seed, evaluation settings or the memory limit), which

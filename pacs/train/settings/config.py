@@ -202,10 +202,14 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    wandb: Literal["offline", "online", "disabled"] = "offline"  # offline: files under DIR/wandb; disabled: no wandb
+    # offline: files under DIR/wandb; auto: online where logged in (wandb login, WANDB_API_KEY), else offline
+    wandb: Literal["offline", "online", "disabled", "auto"] = "offline"
     project: str = "pacs"  # wandb project
     run_name: str | None = None  # null: the output directory's name
     progress_bar: bool = True  # console progress bar
+    # the plan's figures for this run (the workflow writes them: GPU-hours, seconds a step, steps, GPUs), in its
+    # wandb run's config beside the hours and GPU-hours it logs (progress/...)
+    plan: dict | None = None
 
 
 @dataclass(frozen=True)
