@@ -210,8 +210,9 @@ def real_overlay(workdir: Path) -> str:
 # so that the time, not this machine's load (a step of the tiny run took 4 to 18 s beside the other tests, a job's
 # start-up 8 to 60 s), decides the stops: the second job (3 minutes) has time for a step and a checkpoint after its
 # first step (at most 60 + 2 × 48 s), and whatever its start-up, not for the teardown after them (more than
-# 2 × 30 + 125 s; with a teardown of 110 s a start-up of 8 s once left time for them)
-TEARDOWN_S, TEARDOWN_STEP_S = 125, 30
+# 2 × 30 + 125 s; with a teardown of 110 s a start-up of 8 s once left time for them). Only the first job's teardown
+# decides a stop (the longest measured); the later two are short (SHORT_TEARDOWN_S), which saves the CI minutes
+TEARDOWN_S, TEARDOWN_STEP_S, SHORT_TEARDOWN_S = 125, 30, 5
 TEARDOWN_JOB = """
 import os, signal, sys, time
 from pacs.train import launch
@@ -239,17 +240,18 @@ if __name__ == "__main__":
 
 def submit_slow_teardown_jobs(root: Path, tiny_model: Path, toy_data: Path) -> list[str]:
     """Three jobs of one 3-step run (stop margin 1) through sbatch, each after the one before: a 5-minute job
-    stopped by a signal after its first step, a 3-minute job, a 5-minute job; every job's teardown lasts
-    TEARDOWN_S. Their SLURM ids."""
+    stopped by a signal after its first step, whose teardown lasts TEARDOWN_S, a 3-minute job, a 5-minute job,
+    both torn down in SHORT_TEARDOWN_S. Their SLURM ids."""
     config = write_run_config(root / "run.yaml", tiny_model, toy_data, trainer={"total_steps": 3},
                               checkpoint={"save_every": 1, "stop_margin": 1.0})  # fmt: skip
     (root / "job.py").write_text(TEARDOWN_JOB)
     jobs: list[str] = []
-    for attempt, minutes, stop in ((1, 5, 1), (2, 3, 0), (3, 5, 0)):
+    for attempt, minutes, stop, teardown in ((1, 5, 1, TEARDOWN_S), (2, 3, 0, SHORT_TEARDOWN_S),
+                                             (3, 5, 0, SHORT_TEARDOWN_S)):  # fmt: skip
         train = [sys.executable, str(root / "job.py"), "--config", str(config), "--out", str(root / "run")]
         command = ["sbatch", "--parsable", f"--time={minutes}", "--cpus-per-task=1", "--mem=2000",
                    f"--output={root}/job{attempt}.log", f"--chdir={root}",
-                   f"--export=ALL,TEARDOWN_S={TEARDOWN_S},STOP_AFTER={stop},OMP_NUM_THREADS={threads()},"
+                   f"--export=ALL,TEARDOWN_S={teardown},STOP_AFTER={stop},OMP_NUM_THREADS={threads()},"
                    f"PACS_STEP_DELAY_S={TEARDOWN_STEP_S}",
                    *[f"--dependency=afterany:{j}" for j in jobs[-1:]],
                    "--wrap", f"exec {shlex.join(train)}"]  # fmt: skip
@@ -822,12 +824,12 @@ def test_an_evaluation_longer_than_its_limit_finishes_in_several_starts_each_chu
 
 @pytest.mark.slow
 def test_a_job_keeps_time_for_its_teardown_so_that_its_last_step_is_kept(slurm_cluster, experiments):
-    """Three SLURM jobs of one run whose teardown lasts TEARDOWN_S (``submit_slow_teardown_jobs``, beside the
-    local run): the launcher records each job's teardown after its stop, and a later job stops when its next
-    step, that step's checkpoint and the teardown would pass its end time. Here the second job (3 minutes) stops
-    after one step rather than train the last step and be killed in its teardown (where Snakemake would
-    delete the final checkpoint it had written and the next job train the last step again); the third trains
-    the last step and ends, torn down, within its limit."""
+    """Three SLURM jobs of one run, the first's teardown TEARDOWN_S long (``submit_slow_teardown_jobs``, beside
+    the local run): the launcher records each job's teardown after its stop, and a later job stops when its next
+    step, that step's checkpoint and the longest teardown measured would pass its end time. Here the second job
+    (3 minutes) stops after one step rather than train the last step and be killed in a teardown as long (where
+    Snakemake would delete the final checkpoint it had written and the next job train the last step again); the
+    third trains the last step and ends within its limit."""
     root, jobs = experiments["teardown"]
     deadline = time.monotonic() + 1200
     logs = lambda: [p.read_text()[-2000:] for p in sorted(root.glob("job*.log"))]  # noqa: E731

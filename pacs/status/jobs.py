@@ -40,7 +40,8 @@ def checkpoint_steps(root: Path) -> list[int]:
 
 
 def log_tail(path: Path, lines: int = 6) -> list[str]:
-    """The last ``lines`` non-empty lines of a log (read from its last 64 KB)."""
+    """The last ``lines`` non-empty lines of a log (read from its last 64 KB), wandb's own lines aside (its run's
+    summary, printed at every job's end)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -48,7 +49,8 @@ def log_tail(path: Path, lines: int = 6) -> list[str]:
             text = f.read().decode(errors="replace")
     except OSError:
         return []
-    return [line.rstrip() for line in text.replace("\r", "\n").splitlines() if line.strip()][-lines:]
+    kept = [line.rstrip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return [line for line in kept if not line.startswith("wandb:")][-lines:]
 
 
 @dataclass
