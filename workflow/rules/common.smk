@@ -109,9 +109,9 @@ for e in EVALUATIONS:
     e["metrics"] = f"{eval_dir(e['model'], e['method'], e['step'], e['benchmark'])}/metrics.json"
 
 for (model, method), run in RUN_CONFIGS.items():
-    # its training rule reads only the keys of what the run computes (pacs.train.settings.changes): a change of how
-    # (a micro-batch, recompute, vLLM's memory) resumes a stopped run under it and leaves a finished run and
-    # everything after it as they are; the run's config itself is written once the plan is known (below)
+    # the run's training reads only the keys of what the run computes (pacs.train.settings.changes), so that a
+    # change of how (a micro-batch, recompute, vLLM's memory) resumes a stopped run under it and leaves a finished
+    # run and everything after it as they are; the run's config itself is written once the plan is known (below)
     write_if_changed(f"{CONFIGS}/run_{model}_{method}.what.yaml", yaml.safe_dump(what_part(run), sort_keys=False))
     # the steps whose weights outlive retention, read by the trainer at every save: apart from the run's config,
     # so that evaluating other steps does not restart a run
