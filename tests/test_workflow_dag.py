@@ -24,6 +24,19 @@ def test_lint_is_clean():
     assert done.returncode == 0 and "Lints for" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
+def test_workflow_snakefile_is_the_workflow_the_top_level_snakefile_runs(tmp_path):
+    """workflow/Snakefile (where Snakemake's workflow catalog looks for a workflow) given to Snakemake from a
+    directory of its own plans the jobs the repository's top-level Snakefile does, `all` the default target of
+    both."""
+    top = snakemake(tmp_path / "top", "-n", "--configfile", *TINY)
+    deep = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-n",
+                           "--configfile", *TINY], cwd=tmp_path, capture_output=True, text=True, env={
+                           **os.environ, **NO_CLUSTER}, timeout=600)  # fmt: skip
+    assert top.returncode == deep.returncode == 0, (top.stderr + deep.stderr)[-3000:]
+    counts = job_counts(top.stdout + top.stderr)
+    assert counts == job_counts(deep.stdout + deep.stderr) and counts["all"] == 1 and counts["train_policy"] == 6
+
+
 def test_the_paper_dry_run(tmp_path):
     done = snakemake(tmp_path, "-n")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -65,7 +65,9 @@ def tiny_model_options(model):
     """`pacs tiny-model`'s --seed and --target-accuracy for a built model (a released one may set both)."""
     spec = experiment.model_spec(config, model)
     options = f"--seed {spec.get('seed', 0)}"
-    return options + (f" --target-accuracy {spec['target_accuracy']}" if spec.get("target_accuracy") is not None else "")
+    return options + (
+        f" --target-accuracy {spec['target_accuracy']}" if spec.get("target_accuracy") is not None else ""
+    )
 
 
 def run_dir(model, method):
@@ -134,8 +136,11 @@ def suite_file(model, method, step):
 
 def suite_entry(e):
     spec = experiment.eval_wandb(config, RUN_CONFIGS, e)
-    return {"data": data_file(e["benchmark"]), "config": f"{CONFIGS}/{experiment.eval_config_name(config, e)}.yaml",
-            "wandb": {"name": spec["name"], "config": spec["config"]}}
+    return {
+        "data": data_file(e["benchmark"]),
+        "config": f"{CONFIGS}/{experiment.eval_config_name(config, e)}.yaml",
+        "wandb": {"name": spec["name"], "config": spec["config"]},
+    }
 
 
 for (model, method, step), suite in SUITES.items():
@@ -152,13 +157,22 @@ MANIFEST_DATA = {
     "description": config.get("description", ""),
     "paper": config["paper"],
     "models": {
-        **{m: {"label": s["label"], "published_as": s.get("published_as"), "released": False} for m, s in MODELS.items()},
-        **{m: {"label": s["label"], "published_as": s.get("published_as"), "released": True} for m, s in RELEASED.items()},
+        **{
+            m: {"label": s["label"], "published_as": s.get("published_as"), "released": False}
+            for m, s in MODELS.items()
+        },
+        **{
+            m: {"label": s["label"], "published_as": s.get("published_as"), "released": True}
+            for m, s in RELEASED.items()
+        },
     },
     "methods": {
         "base": {"label": "Base", "published_as": "Base", "algorithm": None, "sweep": None},
-        **({"released": {"label": "As released", "published_as": "as-released", "algorithm": None, "sweep": None}}
-           if RELEASED else {}),
+        **(
+            {"released": {"label": "As released", "published_as": "as-released", "algorithm": None, "sweep": None}}
+            if RELEASED
+            else {}
+        ),
         **{
             m: {
                 "label": s["label"],
@@ -170,8 +184,12 @@ MANIFEST_DATA = {
         },
     },
     "benchmarks": {
-        b: {"label": experiment.benchmark_label(config, b, RUN_CONFIGS), "published_as": s.get("published_as"), "ks": s["ks"],
-            "out_of_domain": bool(s.get("out_of_domain"))}
+        b: {
+            "label": experiment.benchmark_label(config, b, RUN_CONFIGS),
+            "published_as": s.get("published_as"),
+            "ks": s["ks"],
+            "out_of_domain": bool(s.get("out_of_domain")),
+        }
         for b, s in BENCHMARKS.items()
     },
     "evaluations": EVALUATIONS,
@@ -267,8 +285,10 @@ def resources(kind):
             spec["gpu"] = lambda w: experiment.eval_gpus(config, {"model": w.model})  # a released model's TP
     if max_runtime is not None:
         runtime = spec.get("runtime")
-        spec["runtime"] = (lambda w, r=runtime: min(r(w), max_runtime)) if callable(runtime) else min(
-            runtime or max_runtime, max_runtime
+        spec["runtime"] = (
+            (lambda w, r=runtime: min(r(w), max_runtime))
+            if callable(runtime)
+            else min(runtime or max_runtime, max_runtime)
         )
     if kind in ("train", "evaluate"):
         spec["slurm_extra"] = " ".join(filter(None, [spec.get("slurm_extra"), "--open-mode=append"]))
@@ -343,8 +363,11 @@ def evaluation_suite(w):
     """An evaluation job's suite file, and each of its benchmarks' data and settings file (eval_<benchmark>.yaml,
     or a released model's own: experiment.eval_config_name)."""
     entries = [suite_entry(e) for e in SUITES[(w.model, w.method, w.step)]]
-    return {"suite": suite_file(w.model, w.method, w.step), "configs": [e["config"] for e in entries],
-            "data": [e["data"] for e in entries]}
+    return {
+        "suite": suite_file(w.model, w.method, w.step),
+        "configs": [e["config"] for e in entries],
+        "data": [e["data"] for e in entries],
+    }
 
 
 # wandb: every training run, every evaluation and the report a run of its own, offline unless train.logging.wandb

@@ -7,14 +7,14 @@ rule prepare_dataset:
         lambda w: prepare_inputs(w.dataset),
     output:
         f"{RESULTS}/data/{{dataset}}.parquet",
-    params:
-        args=lambda w: prepare_args(w.dataset),
     log:
         f"{LOGS}/prepare_dataset/{{dataset}}.log",
-    resources:
-        **resources("prepare"),
     conda:
         ENV
+    resources:
+        **resources("prepare"),
+    params:
+        args=lambda w: prepare_args(w.dataset),
     shell:
         "pacs prepare-data --dataset {wildcards.dataset} {params.args} --out {output} > {log} 2>&1"
 
@@ -25,13 +25,13 @@ rule build_tiny_model:
         heldout=data_file("toy_heldout"),
     output:
         directory(f"{RESULTS}/models/{{model}}"),
-    params:
-        options=lambda w: tiny_model_options(w.model),
     log:
         f"{LOGS}/build_tiny_model/{{model}}.log",
-    resources:
-        **resources("prepare"),
     conda:
         ENV
+    resources:
+        **resources("prepare"),
+    params:
+        options=lambda w: tiny_model_options(w.model),
     shell:
         "pacs tiny-model --train {input.train} --heldout {input.heldout} {params.options} --out {output} > {log} 2>&1"

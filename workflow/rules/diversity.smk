@@ -8,10 +8,10 @@ rule build_tiny_embedder:
         directory(f"{RESULTS}/embedder/tiny"),
     log:
         f"{LOGS}/build_tiny_embedder.log",
-    resources:
-        **resources("prepare"),
     conda:
         ENV
+    resources:
+        **resources("prepare"),
     shell:
         "pacs tiny-embedder --out {output} > {log} 2>&1"
 
@@ -22,13 +22,13 @@ rule measure_diversity:
     output:
         diversity=f"{RESULTS}/diversity/{{model}}/{{benchmark}}.json",
         embeddings=f"{RESULTS}/diversity/{{model}}/{{benchmark}}.npz",
-    params:
-        args=diversity_args,
     log:
         f"{LOGS}/measure_diversity/{{model}}/{{benchmark}}.log",
-    resources:
-        **resources("diversity"),
     conda:
         ENV
+    resources:
+        **resources("diversity"),
+    params:
+        args=diversity_args,
     shell:
         "pacs diversity {params.args} --out {output.diversity} --embeddings {output.embeddings} > {log} 2>&1"

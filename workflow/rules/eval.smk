@@ -15,17 +15,17 @@ rule evaluate_model:
         model=evaluation_inputs,
     output:
         f"{RESULTS}/eval/{{model}}/{{method}}/step_{{step}}/evaluations.json",
+    log:
+        f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}.log",
+    conda:
+        ENV
+    resources:
+        **resources("evaluate"),
     params:
         model=evaluated_model,
         out=lambda w: eval_dir(w.model, w.method, w.step),
         wandb=evaluation_wandb,
         stop=f"{RESULTS}/{STOP}",
-    log:
-        f"{LOGS}/evaluate_model/{{model}}/{{method}}/step_{{step}}.log",
-    resources:
-        **resources("evaluate"),
-    conda:
-        ENV
     shell:
         "trap : TERM; mkdir -p {params.out} && pacs evaluate --model {params.model} --suite {input.suite}"
         " --out {params.out} --restart-on-change --requeue --stop-file {params.stop} {params.wandb} 2>&1"

@@ -109,13 +109,13 @@ rule log_results_to_wandb:
         figures=f"{RESULTS}/figures",
     output:
         f"{RESULTS}/report/wandb.json",
-    params:
-        mode=WANDB["mode"],
-        project=WANDB["project"],
     log:
         f"{LOGS}/log_results_to_wandb.log",
     conda:
         ENV
+    params:
+        mode=WANDB["mode"],
+        project=WANDB["project"],
     shell:
         "pacs report wandb --manifest {input.manifest} --pass-at-k {input.pass_at_k} --tables {input.tables}"
         " --figures {input.figures} --mode {params.mode} --project {params.project:q} --out {output} > {log} 2>&1"

@@ -12,17 +12,17 @@ rule preflight_job:
         preflight_inputs,
     output:
         f"{RESULTS}/preflight/{{shape}}/preflight.json",
+    log:
+        f"{LOGS}/preflight/{{shape}}.log",
+    conda:
+        ENV
+    threads: int(resources("train").get("cpus_per_task", 1))
+    resources:
+        **preflight_resources(),
     params:
         spec=lambda w: f"{CONFIGS}/preflight_{w.shape}.json",
         out=lambda w: experiment.preflight_dir(config, w.shape),
         launcher=train_launcher("preflight"),
-    log:
-        f"{LOGS}/preflight/{{shape}}.log",
-    threads: int(resources("train").get("cpus_per_task", 1))
-    resources:
-        **preflight_resources(),
-    conda:
-        ENV
     shell:
         "trap : TERM; {params.launcher} --spec {params.spec} --out {params.out} > {log} 2>&1"
 
@@ -35,19 +35,19 @@ rule train_policy:
         model=lambda w: built_model(w.model),
     output:
         f"{RESULTS}/runs/{{model}}/{{method}}/trained.json",
+    log:
+        f"{LOGS}/train_policy/{{model}}/{{method}}.log",
+    conda:
+        ENV
+    threads: int(resources("train").get("cpus_per_task", 1))
+    resources:
+        **resources("train"),
     params:
         config=lambda w: f"{CONFIGS}/run_{w.model}_{w.method}.yaml",
         out=lambda w: run_dir(w.model, w.method),
         stop=f"{RESULTS}/{STOP}",
         launcher=train_launcher(),
         keep=lambda w: f"{CONFIGS}/keep_weights_{w.model}_{w.method}.json",
-    log:
-        f"{LOGS}/train_policy/{{model}}/{{method}}.log",
-    threads: int(resources("train").get("cpus_per_task", 1))
-    resources:
-        **resources("train"),
-    conda:
-        ENV
     shell:
         "trap : TERM; mkdir -p {params.out}/logs && {params.launcher} --config {params.config} --out {params.out}"
         " --restart-on-change --requeue --stop-file {params.stop} --keep-weights {params.keep} 2>&1"
