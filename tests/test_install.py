@@ -81,6 +81,24 @@ def test_the_cluster_install_resolves_with_the_pip_a_new_venv_brings(tmp_path, c
     assert f"(pip {bundled}, CPython 3." in said and "resolves in" in said, said
 
 
+@pytest.mark.parametrize("python", ["3.12", "3.13"])
+def test_the_readme_installs_resolve_for_the_newer_pythons_it_names(python, tmp_path):
+    """README's installs for a Python it names beside the lock's 3.11 (Ubuntu 24.04's 3.12, Debian 13's and
+    Fedora's 3.13): torch==2.13.0, then the package with the cluster's extras (`.[gpu,slurm]`), resolved by uv for
+    that CPython on Linux x86-64, which need not be installed here. The main job's install (`.` after torch) asks
+    for a subset of the same requirements, so this resolution is one of its own. Needs PyPI."""
+    torch = tmp_path / "torch.txt"
+    torch.write_text("torch==2.13.0\n")
+    uv = Path(sys.executable).with_name("uv")
+    command = [str(uv), "pip", "compile", str(REPO / "pyproject.toml"), str(torch), "--extra", "gpu", "--extra",
+               "slurm", "--python-version", python, "--python-platform", "x86_64-manylinux_2_28", "--no-annotate",
+               "--no-header", "-q"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pins = dict(line.split("==", 1) for line in done.stdout.splitlines() if "==" in line and not line.startswith("#"))
+    assert (pins["torch"], pins["vllm"]) == ("2.13.0", "0.32.0") and "snakemake" in pins, pins
+
+
 def test_the_test_command_refuses_a_python_the_lock_is_not_for():
     """README's test command first runs tests/lock_python.py, which passes the Python the lock was compiled for
     (this one: the suite runs in the venv it made) and refuses any other with one line naming the one to use."""
@@ -99,5 +117,10 @@ def test_the_test_command_refuses_a_python_the_lock_is_not_for():
         why = refusal(implementation, version, system, other_machine)
         here = f"{implementation} {'.'.join(map(str, version))} on {system} {other_machine}"
         assert why.startswith(f"requirements-ci.txt is locked for CPython {want} on Linux {machine}, and python3 "
-                              f"here is {here}: ")  # fmt: skip
-        assert f"run the test command with python{want} in place of python3" in why and "\n" not in why, why
+                              f"here is {here}: ") and "\n" not in why, why  # fmt: skip
+        if (system, other_machine) == ("Linux", machine):  # another Python: the lock's, installed without root
+            assert f"run the test command with python{want} in place of python3" in why, why
+            assert f"`uv python install {want}` installs it without root" in why, why
+        else:  # another platform, where the lock's wheels cannot help: the plain install, or a Linux machine
+            assert "python" + want not in why.split(": ", 1)[1] and "'Try it on a CPU'" in why, why
+            assert f"or run the test command on Linux {machine}" in why, why
