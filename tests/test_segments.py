@@ -45,10 +45,11 @@ def test_the_end_time_comes_from_slurm_and_decides_the_stop(tmp_path):
             Segment(tmp_path, DistEnv(), 1.5, JobOptions(), {"PACS_STEP_DELAY_S": bad})
 
 
-def test_a_stop_asked_of_the_experiment_stops_after_the_step_and_a_requeue_is_counted(tmp_path):
+def test_a_stop_asked_of_the_experiment_stops_after_the_step_and_a_requeue_is_counted(tmp_path, capsys):
     """The experiment's stop file (`pacs stop`) stops the job after its step, as "stop asked"; a job that SLURM
     started again (requeued, preempted) records how many times it started before; a step slowed by
-    PACS_STEP_DELAY_S is recorded with its delay and counts without it in a later job that runs without one."""
+    PACS_STEP_DELAY_S is said at the job's start, recorded with its delay and counts without it in a later job that
+    runs without one."""
     stop_file = tmp_path / STOP
     segment = Segment(tmp_path, DistEnv(), 1.5, JobOptions(stop_file=stop_file), {})
     segment.took(1, step_s=1.0)
@@ -63,6 +64,7 @@ def test_a_stop_asked_of_the_experiment_stops_after_the_step_and_a_requeue_is_co
             slow.stop(restart + 1, "time limit")
     starts = [h for h in read_segments(tmp_path) if h["event"] == "start"]
     assert [(s["slurm_job"], s["restart"], s["step_delay_s"]) for s in starts] == [("41", i, 0.1) for i in range(3)]
+    assert capsys.readouterr().out.count("PACS_STEP_DELAY_S=0.1: each step of this job is made 0.1 s longer") == 3
     stops = [h for h in read_segments(tmp_path) if h["event"] == "stop"]
     assert stops[-1]["step_s"] == pytest.approx(5.1) and stops[-1]["step_delay_s"] == 0.1
     fresh = Segment(tmp_path, DistEnv(), 1.5, JobOptions(), {"SLURM_JOB_ID": "42"})  # without the delay
