@@ -77,15 +77,21 @@ class Plan:
             return None
         return min(job.save_every, job.steps) * (job.seconds - startup_seconds(job, self.calibration)) / job.steps / 60
 
+    def step_seconds(self, name: str) -> float | None:
+        """Training job ``name``'s seconds a step, its start-up aside (None where the plan has no time for it)."""
+        job = self.job(name)
+        if job.seconds is None or not job.steps:
+            return None
+        return (job.seconds - startup_seconds(job, self.calibration)) / job.steps
+
     def figures(self, name: str) -> dict:
         """What the plan says of training job ``name``, to 3 significant figures: its GPU-hours, hours, seconds a
         step (its start-up aside), steps and GPUs (None where it has no time for it)."""
         job = self.job(name)
         three = lambda x: None if x is None else float(f"{x:.3g}")  # noqa: E731
-        step = None if job.seconds is None or not job.steps else (
-            job.seconds - startup_seconds(job, self.calibration)) / job.steps  # fmt: skip
         return {"gpu_hours": three(job.gpu_hours), "hours": three(job.seconds and job.seconds / 3600),
-                "step_s": three(step), "steps": job.steps, "gpus": job.gpus, "gpu": self.calibration.gpu}  # fmt: skip
+                "step_s": three(self.step_seconds(name)), "steps": job.steps, "gpus": job.gpus,
+                "gpu": self.calibration.gpu}  # fmt: skip
 
     @property
     def disk_bytes(self) -> int:

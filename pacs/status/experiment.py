@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pacs import experiment
-from pacs.slurm import job_states
+from pacs.slurm import EXIT_STOPPED, job_states
 from pacs.status.jobs import RunFiles, log_tail, read_run
 from pacs.status.workflow import read_workflow_log
 from pacs.writer_lock import live_holder
@@ -91,7 +91,7 @@ def run_entry(name: str, files: RunFiles, run: dict, job, plan, results: str, fa
         state, reason = "failed", ended["error"]
     elif failure is not None and not stop_failure:
         state, reason = "failed", failure.message or "its job failed"
-    elif exit_ is not None and exit_.get("code") not in (0, 75, None) and slurm_state != "PENDING":
+    elif exit_ is not None and exit_.get("code") not in (0, EXIT_STOPPED, None) and slurm_state != "PENDING":
         state, reason = "failed", f"its launcher exited with {exit_['code']}"
     elif last is not None:
         state = "stopped"
@@ -109,7 +109,7 @@ def run_entry(name: str, files: RunFiles, run: dict, job, plan, results: str, fa
     if slurm_state == "PENDING" and state in ("stopped", "waiting"):
         reason = "; ".join(filter(None, [reason, f"SLURM job {slurm['job']} pending ({slurm['reason']})"]))
     startup = files.startup_s() or startup_seconds(job, cal)
-    plan_step = (job.seconds - startup_seconds(job, cal)) / job.steps if job.seconds is not None and job.steps else None
+    plan_step = plan.step_seconds(name)
     pace = files.pace(now)
     usable = job.max_runtime and job.max_runtime * 60 / plan.settings.runtime_margin - startup - checkpoint_seconds(
         job, cal)  # fmt: skip
