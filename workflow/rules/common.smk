@@ -22,7 +22,7 @@ RESULTS = experiment.results_dir(config)
 os.environ.update(experiment.cache_environment(config, os.environ))
 CONFIGS = f"{RESULTS}/configs"
 LOGS = f"{RESULTS}/logs"
-ENV = "../envs/pacs.yaml"  # only with --use-conda; otherwise rules run in the current environment
+ENV = "../envs/pacs.yaml"  # only with --sdm conda, which is not the supported way (the venv: README)
 MODELS, METHODS, DATA = config["models"], experiment.methods(config), config["data"]  # sweeps expanded
 RELEASED = experiment.released(config)  # models only evaluated (v2's Table 1)
 BENCHMARKS = DATA["benchmarks"]
@@ -31,13 +31,23 @@ if DATA["source"] == "local" and not DATA.get("local_dir"):
 experiment.check_slurm_extra(config)  # before anything is submitted
 
 
-onstart:
-    # a stop asked by `pacs stop` lasts until this run of the workflow (dry runs and the jobs' own Snakemake
-    # run no onstart); `pacs stop` finds this Snakemake by the file it writes (pacs.stop)
+def start_of_run():
+    """A stop asked by `pacs stop` lasts until this run of the workflow (dry runs and the jobs' own Snakemake run
+    no onstart); `pacs stop` finds this Snakemake by the file it writes (pacs.stop)."""
     cleared = clear_stop(RESULTS)
     if cleared:
         print(f"pacs: {describe(cleared)} is over: removed {RESULTS}/{STOP}", file=sys.stderr)
     record_runner(RESULTS)
+
+
+onstart:
+    start_of_run()
+
+
+if not workflow.modifier.is_main_snakefile():
+    # used as a module (a snakedeploy deployment): Snakemake runs the main Snakefile's onstart only, so this one
+    # becomes the run's (a deployment's own onstart, if it has one, replaces it); tests/test_catalog.py runs it
+    workflow._onstart = lambda log: start_of_run()
 
 
 def write_if_changed(path, text):
