@@ -350,7 +350,7 @@ GRADERS = {"judge": "pacs's judge", "livecodebench": "LiveCodeBench's grader", "
 
 def benchmark_label(config: dict, benchmark: str, runs: dict) -> str:
     """The benchmark's label in the report, the grader beside it for LiveCodeBench and wherever its settings
-    name one (``code.grading``): the same programs pass or fail by grader (docs/how-it-works.md, "Code verifier")."""
+    name one (``code.grading``): the same programs pass or fail by grader (docs/verifiers.md, "Code verifier")."""
     spec = config["data"]["benchmarks"][benchmark]
     named = ((spec.get("settings") or {}).get("code") or {}).get("grading") or (
         (config["eval"]["settings"].get("code") or {}).get("grading"))

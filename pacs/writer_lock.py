@@ -16,7 +16,7 @@ each node its own (two nodes are then not kept apart), and a file system that re
 naming the directory. NFS v3's locks go through its lock manager (NLM), which keeps a crashed node's locks on the
 server until that node reboots (``statd`` tells the server) or an admin clears them: a run on a node that died
 leaves a stale lock there, whose holder (host, pid) the refusal names; once it is checked gone, the node's return
-or the admins clear it, and run directories on NFS v4 or Lustre ``flock`` avoid it (docs/how-it-works.md, "One writer
+or the admins clear it, and run directories on NFS v4 or Lustre ``flock`` avoid it (docs/run-config.md, "One writer
 per directory").
 """
 
@@ -74,7 +74,7 @@ def sole_writer(out: Path, what: str) -> Iterator[None]:
                                 f"it to end, or stop it: its lock goes with it)") from None  # fmt: skip
         except OSError as e:
             raise OSError(f"{out}: the file system refused a lock on {LOCK} ({e}); {what} needs one to keep a "
-                          "second writer out (docs/how-it-works.md, \"One writer per directory\")") from e  # fmt: skip
+                          "second writer out (docs/run-config.md, \"One writer per directory\")") from e  # fmt: skip
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
                   "command": " ".join(sys.argv)}  # fmt: skip
         tmp = out / f"{HOLDER}.{os.getpid()}"

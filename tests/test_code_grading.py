@@ -68,7 +68,7 @@ def test_a_slow_program_is_a_timeout_in_every_profile():
 
 def test_pacs_limits_hold_in_every_profile():
     """The graders run programs unconfined; here their profiles keep pacs's sandbox, which can change a
-    verdict: no sockets, the memory cap, the output limit (docs/how-it-works.md, "Code verifier")."""
+    verdict: no sockets, the memory cap, the output limit (docs/verifiers.md, "Code verifier")."""
     tests = parse_tests(json.dumps({"tests": [{"input": "", "output": "ok"}]}))
     programs = {
         "runtime_error": "import socket\nsocket.socket()\nprint('ok')\n",

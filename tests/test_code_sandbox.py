@@ -4,7 +4,7 @@ Each level's programs run in tests/hostile_programs.py inside a PID namespace of
 root; CI runs as root), so a fork bomb or a ``kill(-1)`` that got out reaches only that namespace. This
 test holds what a program must not reach: a TCP listener, a secret in the verifier's environment and in
 a world-readable file, an expected output planted on disk, a world-writable directory. The plain
-``limits`` level (no seccomp, no Landlock: machines without them) guards less, as docs/how-it-works.md says:
+``limits`` level (no seccomp, no Landlock: machines without them) guards less, as docs/verifiers.md says:
 the programs it does not guard against are listed, and only what it guards is asserted.
 """
 

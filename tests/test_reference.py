@@ -16,7 +16,7 @@ SEGMENT = r"(?:[a-z_][a-z0-9_]*|<[^<>`\s]+>|\{[a-z_][a-z0-9_]*(?:,[a-z_][a-z0-9_
 KEYLIKE = re.compile(rf"{SEGMENT}(?:(?:\.{SEGMENT})+(?:\.\*)?|\.\*)")
 EXTENSIONS = "yaml yml json jsonl md py csv parquet png pdf npz html tex zip txt log smk sh toml gz safetensors bin pt"
 FILE = re.compile(rf"\.({'|'.join(EXTENSIONS.split())})$")
-# tokens that are not keys on purpose: docs/how-it-works.md's example of the error an unknown key gives
+# tokens that are not keys on purpose: docs/run-config.md's example of the error an unknown key gives
 NOT_KEYS = {"optim.lrr"}
 SCHEMA_WORDS = {"$schema", "$defs", "$ref", "type", "description", "default", "enum", "const", "properties",
                 "additionalProperties", "required", "items", "anyOf", "minimum", "maximum", "minItems",
@@ -102,7 +102,7 @@ def test_comments_are_read_from_above_the_field_from_its_line_and_from_their_con
     assert pacs["tis_cap"].startswith("rollout correction")  # the comments above it
     assert reference.field_comments(VLLMRolloutOptions)["sleep_level"].endswith("where vLLM cannot sleep.")
     rollout = reference.field_comments(RolloutConfig)
-    assert rollout["vllm"] == 'engine options (docs/how-it-works.md, "vLLM rollouts")'  # comments above a field
+    assert rollout["vllm"] == 'engine options (docs/rollouts.md, "vLLM rollouts")'  # comments above a field
     assert rollout["max_logprob_gap"].startswith("stop when the mean")
 
 

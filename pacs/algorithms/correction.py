@@ -1,5 +1,5 @@
 """Rollout correction: the rollout engine samples from π_s, which differs from the trainer's π_old by its
-kernels and precision (bf16 gaps of a few hundredths of a nat per token, docs/how-it-works.md), so samples the
+kernels and precision (bf16 gaps of a few hundredths of a nat per token, docs/rollouts.md), so samples the
 objectives treat as drawn from π_old are not. Truncated importance sampling (TIS: Yao et al. 2025, "Your
 Efficient RL Framework Secretly Brings You Off-Policy RL Training"; verl, OpenRLHF, slime and TRL ship it)
 weights each loss term by its likelihood ratio, truncated. Off unless an objective's ``tis_cap`` is set.

@@ -71,7 +71,7 @@ class Plan:
 
     def preemption_minutes(self, name: str) -> float | None:
         """Training: the most a preemption without warning loses, ``save_every`` mean steps (with a warning,
-        SLURM's SIGTERM, the step in flight is saved; docs/how-it-works.md, "Long runs")."""
+        SLURM's SIGTERM, the step in flight is saved; docs/long-runs.md, "Long runs")."""
         job = self.job(name)
         if job.seconds is None or not job.steps:
             return None

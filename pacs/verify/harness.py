@@ -44,7 +44,7 @@ IMPORTS = (
     "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
 )
 # More modules loaded here for the same reason: started as root with an interpreter under /root (pyenv), the
-# limits level's nobody cannot read any module that is not loaded by then (docs/how-it-works.md)
+# limits level's nobody cannot read any module that is not loaded by then (docs/verifiers.md)
 PRELOAD = ("array", "cmath", "dataclasses", "decimal", "enum", "fractions", "numbers", "queue", "struct",
            "textwrap", "unicodedata", "time", "threading", "calendar", "pprint", "abc", "contextlib", "fcntl",
            "hashlib", "socket", "select", "ast", "glob", "shutil", "subprocess", "unittest.mock", "types")  # fmt: skip

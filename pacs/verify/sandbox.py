@@ -16,7 +16,7 @@ At both levels each test (under the graders' profiles, each program's tests toge
 a fresh child of the harness with resource limits and (x86-64) a seccomp filter: no new processes, sockets,
 signals to others or tracing; at the limits level also Landlock where the kernel has it (5.13+): reads only
 beneath the system's and the interpreter's directories, writes only in the private one.
-The isolation in force is reported with every verdict (``LEVELS``; docs/how-it-works.md
+The isolation in force is reported with every verdict (``LEVELS``; docs/verifiers.md
 says what each guards against and what it does not).
 
 The host writes the request on the harness's stdin and reads one JSON line per test; whatever comes back
@@ -150,7 +150,7 @@ def resolve_isolation(wanted: str) -> str:
         raise SandboxUnavailable(
             f"code verifier: {why}, and without Landlock a program run as this user could read and write this "
             f"user's files and the verifier's memory (/proc). {INSTALL_HINT}; or set code.isolation: limits to "
-            "accept that level (docs/how-it-works.md, 'Code verifier')"
+            "accept that level (docs/verifiers.md, 'Code verifier')"
         )
     return "limits"
 

@@ -174,7 +174,7 @@ def check_logprob_gap(step: int, gap: dict, limit: float | None) -> None:
             f"step {step}: the rollout engine's log-probs of its own samples differ from the policy's by "
             f"{mean:.4g} on average (max {gap['rollout/logprob_gap_max']:.4g}) > rollout.max_logprob_gap {limit}: "
             "the engine samples from another model than the one trained (or top_p < 1, a dtype mismatch; "
-            "docs/how-it-works.md)"
+            "docs/rollouts.md)"
         )
 
 

@@ -18,7 +18,7 @@ from pacs.verify import CodeConfig, VerifyConfig
 @dataclass(frozen=True)
 class AlgorithmConfig:
     name: str  # pacs, grpo or ppo: a key of pacs.algorithms.options.ALGORITHMS
-    options: dict[str, Any] = field(default_factory=dict)  # the objective's config (docs/how-it-works.md)
+    options: dict[str, Any] = field(default_factory=dict)  # the objective's config (docs/trainer.md, "Objectives")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RolloutConfig:
     max_response_length: int = 4096  # new tokens per sample
     ignore_eos: bool = False  # every sample runs to max_response_length (pacs preflight sets it: the worst case)
     prompt_batch_size: int = 64  # hf: prompts per generate call (vllm takes a rank's prompts at once)
-    # engine options (docs/how-it-works.md, "vLLM rollouts")
+    # engine options (docs/rollouts.md, "vLLM rollouts")
     vllm: VLLMRolloutOptions = field(default_factory=VLLMRolloutOptions)
     # stop when the mean |engine log-prob - trainer log-prob| over a step's response tokens exceeds this
     # (gross mismatch: another model, a dtype bug); null: never. Unset: by the compute dtype
@@ -102,7 +102,7 @@ class TrainerConfig:
     # paper's scripts: 8): a loss summed over responses (seq-mean-token-sum-norm, the actor's and the critic's)
     # is multiplied by it over the global mini-batch's responses, as verl's division by its gradient-accumulation
     # count and FSDP's mean over ranks scale it, whatever this run's micro-batches, token budget or ranks. null:
-    # not multiplied, the gradient of the whole mini-batch's sum (docs/how-it-works.md, "The optimizer step")
+    # not multiplied, the gradient of the whole mini-batch's sum (docs/trainer.md, "The optimizer step")
     verl_micro_batch_size: int | None = 8
     seed: int = 0  # prompt order, sampling seeds and the critic's value head
     strategy: Literal["ddp", "fsdp"] = "ddp"  # how models spread over ranks: replicated, or FSDP2-sharded
@@ -240,7 +240,7 @@ DEFAULT_GRAD_CLIP = {"pacs": None, "grpo": 1.0, "ppo": 1.0}
 # dtype, gives per-step mean gaps of at most 3e-7 over 320 steps. bfloat16: published engine-trainer gaps are
 # an RMS of 0.022 nats per token (Qwen2.5-7B), a spread of 0.05 with p95 0.11 and max 0.48 (Qwen2.5-0.5B),
 # means of 0.011 to 0.036 (Qwen3-4B), growing over training and with length: 0.25 is 5 times the largest
-# published spread (docs/how-it-works.md cites them).
+# published spread (docs/rollouts.md cites them).
 DEFAULT_LOGPROB_GAP = {"float32": 1e-3, "bfloat16": 0.25}
 
 

@@ -31,7 +31,7 @@ def pack_group(config: RunConfig) -> int | None:
 
 def sum_scale(config: RunConfig) -> float:
     """The factor of a loss summed over responses: the paper's verl fork's micro-batch over the global
-    mini-batch's responses (``trainer.verl_micro_batch_size``, docs/how-it-works.md "The optimizer step"), or 1."""
+    mini-batch's responses (``trainer.verl_micro_batch_size``, docs/trainer.md "The optimizer step"), or 1."""
     t = config.trainer
     return t.verl_micro_batch_size / (t.mini_batch_size * config.rollout.n) if t.verl_micro_batch_size else 1.0
 
