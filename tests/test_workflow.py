@@ -732,15 +732,24 @@ def test_tiny_experiment_through_slurm_stopped_requeued_and_preempted_ends_bitwi
     assert (signalled["event"], stop["event"], stop["reason"]) == ("signal", "stop", "signal SIGTERM"), stop
     assert stop["step"] == preempted["in_flight"] == start["step"] and start["event"] == "start", (stop, start)
     assert (ended["event"], ended["code"]) == ("exit", EXIT_STOPPED)
-    # stops for the time limit: inside the margin, the job ended before its end time, the next start resumes there
+    # stops for the time limit, held to what this test sees rather than to the rule's own figures (need_s): the
+    # job's end (SLURM's, LIMIT_MIN after the job started, before its launcher), its pace (wall-clock seconds a
+    # step from its start to its stop, checkpoints and all), the stop's and the exit's times. Each job saved and
+    # left before its end, and stopped no sooner than it had to: what was left then was less than 1.5 × (one more
+    # step and its checkpoint, shorter than two steps, and an exit as long as any seen); the next start resumes there
     limits = [s for s in segments if s["event"] == "stop" and s["reason"] == "time limit"]
     assert limits and [s["reason"] for s in segments if s["event"] == "stop"][-1] == "done", segments
+    paces, teardowns = [], []
     for stop in limits:
-        end = stop_end(starts, stop)
-        assert stop["step_s"] >= STEP_DELAY_S and stop["need_s"] >= 1.5 * stop["step_s"], stop
-        assert stop["time"] < end < stop["time"] + stop["need_s"], (stop, end)
+        start = [s for s in starts if s["time"] < stop["time"]][-1]
+        end = start["end_time"]
+        assert 0 <= start["launched"] - (end - LIMIT_MIN * 60) < LIMIT_MIN * 30, (start, LIMIT_MIN)
         ended = next(h for h in segments if h["event"] == "exit" and h["time"] > stop["time"])
-        assert ended["code"] == EXIT_STOPPED and ended["time"] < end, (ended, end)
+        assert ended["code"] == EXIT_STOPPED and stop["time"] < ended["time"] < end, (stop, ended, end)
+        paces.append((stop["time"] - start["time"]) / (stop["step"] - start["step"]))
+        teardowns.append(ended["time"] - stop["time"])
+        assert paces[-1] >= STEP_DELAY_S, (start, stop)  # the delay is in every step
+        assert end - stop["time"] < 1.5 * (2 * max(paces) + max(teardowns)), (start, stop, ended, paces, teardowns)
         assert next(h for h in segments if h["event"] == "start" and h["time"] > stop["time"])["step"] == stop["step"]
     last = f"checkpoints/step_{SEGMENTED_STEPS:06d}/model.safetensors"
     ours, theirs = load_file(run_dir / last), load_file(reference / last)
@@ -895,8 +904,3 @@ def test_a_stop_saves_the_step_in_flight_and_lasts_until_the_workflow_runs_again
     resumed = records[2]
     assert resumed["step"] == stopped["in_flight"] and json.loads((run_dir / "trained.json").read_text())[
         "step"] == STOPPED_STEPS  # fmt: skip
-
-
-def stop_end(starts: list[dict], stop: dict) -> float:
-    """The end time of the job a stop record belongs to (the last start before it)."""
-    return [s for s in starts if s["time"] < stop["time"]][-1]["end_time"]
