@@ -13,7 +13,18 @@ import sys
 
 import pytest
 import yaml
-from workflow_runs import NO_CLUSTER, REPO, REPORT_JOBS, TINY, job_counts, overlay, pacs_status, place_built, snakemake
+from workflow_runs import (
+    NO_CLUSTER,
+    PAPER_JOBS,
+    REPO,
+    REPORT_JOBS,
+    TINY,
+    job_counts,
+    overlay,
+    pacs_status,
+    place_built,
+    snakemake,
+)
 
 from pacs.train.settings.config import load_run_config
 
@@ -40,13 +51,7 @@ def test_workflow_snakefile_is_the_workflow_the_top_level_snakefile_runs(tmp_pat
 def test_the_paper_dry_run(tmp_path):
     done = snakemake(tmp_path, "-n")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert job_counts(done.stdout + done.stderr) == {
-        "prepare_dataset": 5,  # deepscaler and four benchmarks
-        "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
-        "train_policy": 10,  # 2 models × 5 methods
-        "evaluate_model": 12,  # 2 models × (base + 5 runs), each job on the 4 benchmarks
-        **REPORT_JOBS,
-    }
+    assert job_counts(done.stdout + done.stderr) == PAPER_JOBS
     run = yaml.safe_load((tmp_path / "results/paper/configs/run_qwen2.5-7b_pacs_beta2.yaml").read_text())
     assert run["algorithm"] == {"name": "pacs", "options": {**run["algorithm"]["options"], "beta": 2.0}}
     assert (

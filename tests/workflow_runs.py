@@ -113,6 +113,14 @@ def merged(base: dict, extra: dict) -> dict:
 # (wandb offline, the default), and `all`
 REPORT_JOBS = {"collect_pass_at_k": 1, "make_tables": 1, "make_figures": 1, "write_report": 1,
                "log_results_to_wandb": 1, "all": 1}  # fmt: skip
+# the paper's v1 experiment (config/config.yaml), planned from a clone or from a deployment of the workflow
+PAPER_JOBS = {
+    "prepare_dataset": 5,  # deepscaler and four benchmarks
+    "preflight_job": 6,  # 2 models × PPO, GRPO and PACS (the β sweep and PACS w/o weight share PACS's)
+    "train_policy": 10,  # 2 models × 5 methods
+    "evaluate_model": 12,  # 2 models × (base + 5 runs), each job on the 4 benchmarks
+    **REPORT_JOBS,
+}
 
 
 def job_counts(output: str) -> dict[str, int]:
