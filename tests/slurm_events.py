@@ -12,16 +12,27 @@ from pathlib import Path
 
 from pacs.runs.segments import read_segments
 
+# A requeued job released this long after it was first seen held, not at once: SLURM revokes the credential of the
+# run it ended as of the requeue's second, and a start launched within that second is refused ("Killing
+# non-startable batch JobId=…: Job credential revoked" in slurmctld's log) and ends the job, failed (seen in CI)
+RELEASE_AFTER_S = 5.0
+
 
 def release_held(done: threading.Event) -> threading.Thread:
-    """Until ``done``: every pending job that waits for its begin time (a requeued job's hold) may start now."""
+    """Until ``done``: every pending job that waits for its begin time (a requeued job's hold) may start
+    RELEASE_AFTER_S after it was first seen waiting for that begin time."""
 
     def loop() -> None:
-        while not done.wait(2):
-            listed = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%i %r"], capture_output=True, text=True)
+        seen: dict[tuple[str, str], float] = {}
+        while not done.wait(1):
+            listed = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%i %S %r"], capture_output=True,
+                                    text=True)  # fmt: skip
             for line in listed.stdout.splitlines():
-                job, reason = line.split(maxsplit=1)
-                if reason.strip() == "BeginTime":
+                job, begin, reason = line.split(maxsplit=2)
+                if reason.strip() != "BeginTime":
+                    continue
+                first = seen.setdefault((job, begin), time.monotonic())
+                if time.monotonic() - first >= RELEASE_AFTER_S:
                     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
 
     thread = threading.Thread(target=loop, daemon=True)

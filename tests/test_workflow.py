@@ -282,6 +282,17 @@ def submit_requeued_evaluation(root: Path, tiny_model: Path, toy_data: Path, aft
     return [done.stdout.strip().split(";")[0]]
 
 
+def slurm_job_ended(job: str) -> str | None:
+    """None while SLURM may still run ``job`` (pending, held, running or requeued); once it has ended, how
+    (its state, or that SLURM no longer lists it) and what `scontrol show job` says of it."""
+    listed = subprocess.run(["squeue", "-h", "-j", job, "-t", "all", "-o", "%T"], capture_output=True, text=True)
+    state = listed.stdout.strip()
+    if state in {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"}:
+        return None
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
+    return f"job {job}: {state or 'no longer listed'}\n{shown.stdout}{shown.stderr}"
+
+
 # the local run's jobs that start as a user's, through the `pacs` console script (the others are forked warm): GRPO's
 # training and its evaluation at step 5
 COLD_JOBS = r"--config \S*/run_tiny_grpo\.yaml|--suite \S*/grpo/step_000005\.yaml"
@@ -820,7 +831,8 @@ def test_an_evaluation_longer_than_its_limit_finishes_in_several_starts_each_chu
     deadline = time.monotonic() + 2400  # against a hang only: it shares the one node with the slice's jobs
     log = lambda: (root / "eval.log").read_text() if (root / "eval.log").exists() else ""  # noqa: E731
     while not (root / "eval" / "metrics.json").exists():
-        assert time.monotonic() < deadline, log()[-3000:]
+        ended = slurm_job_ended(job)
+        assert ended is None and time.monotonic() < deadline, (ended, log()[-3000:])
         time.sleep(2)
     text = log()
     assert text.count("stopped before its next chunk (time limit)") >= 1, text[-3000:]
