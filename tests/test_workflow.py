@@ -39,6 +39,7 @@ from workflow_runs import (
     overlay,
     pacs_status,
     place_built,
+    slurm_snakemake_command,
     snakemake,
     snakemake_command,
     venv_env,
@@ -178,9 +179,8 @@ def stop_mid_step(workdir: Path, config: str, env: dict, run: Later, log: list[d
     log.append({"time": time.time(), "job": job, "in_flight": step, "returncode": done.returncode,
                 "output": done.stdout + done.stderr, "first": run.result()})  # fmt: skip
     log[-1]["status"] = pacs_status(workdir, config)  # between the two runs of the workflow
-    log[-1]["again"] = subprocess.run(snakemake_command(workdir, "--profile", "slurm", STOPPED_RUN, "--configfile",
-                                                        config), capture_output=True, text=True, env=env,
-                                      timeout=timeout_s)  # fmt: skip
+    log[-1]["again"] = subprocess.run(slurm_snakemake_command(workdir, STOPPED_RUN, "--configfile", config),
+                                      capture_output=True, text=True, env=env, timeout=timeout_s)  # fmt: skip
 
 
 def data_placed(source: Path, target: Path):
@@ -337,7 +337,7 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
         done = subprocess.run(snakemake_command(root / "run", "-n", "--configfile", config), capture_output=True,
                               text=True, env=env)  # fmt: skip
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        command = snakemake_command(root / "run", "--profile", "slurm", "all", "--configfile", config)
+        command = slurm_snakemake_command(root / "run", "all", "--configfile", config)
         started["slurm"] = (root / "run", config, Started(command, root / "snakemake", env, 3600))
         # its training requeued mid-step, then preempted (tests/slurm_events.py); every requeued job's hold released
         done, interrupted = threading.Event(), []
@@ -363,7 +363,7 @@ def experiments(shared_data, cluster, toy_data, tiny_model, warm, tmp_path_facto
         # a second experiment, stopped by `pacs stop` mid-step (test_a_stop_saves_the_step_in_flight_and_lasts)
         (root / "stop").mkdir()
         stopping = stop_config(root / "stop", shared_data, tiny_model)
-        command = snakemake_command(root / "stop", "--profile", "slurm", STOPPED_RUN, "--configfile", stopping)
+        command = slurm_snakemake_command(root / "stop", STOPPED_RUN, "--configfile", stopping)
         asked = []
         # it starts once the teardown's jobs have ended, when this machine's load is lower, with the slice's data
         later = Later(command, root / "stop.log", env, 1800, after=started["teardown"][1],

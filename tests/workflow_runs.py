@@ -25,6 +25,24 @@ def snakemake_command(workdir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
 
 
+# Snakemake's SLURM plugin waits 10 s longer after each poll that finds no job ended, up to 3 minutes (its
+# load on slurmctld): it learned of the SLURM slice's 7-minute training job's end 63 s late, its test's worker idle
+# meanwhile. The runs through SLURM here poll at most every POLL_S: none of their checks depends on when Snakemake
+# learns of an end, only on the jobs' own records
+POLL_S = 10
+POLLED = ("from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor\n"
+          "interval = RemoteExecutor.next_seconds_between_status_checks\n"
+          "RemoteExecutor.next_seconds_between_status_checks = interval.setter(\n"
+          f"    lambda self, seconds: interval.fset(self, seconds if seconds is None else min(seconds, {POLL_S})))\n"
+          "from snakemake.cli import main\n"
+          "main()\n")  # fmt: skip
+
+
+def slurm_snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """``snakemake_command`` through the SLURM profile (``--profile slurm``), polling SLURM at most every POLL_S."""
+    return [sys.executable, "-c", POLLED, *snakemake_command(workdir, "--profile", "slurm", *args)[3:]]
+
+
 def venv_env(**extra: str) -> dict[str, str]:
     """This environment with this Python's bin first on PATH (rules call `pacs`), and ``extra``."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra}
