@@ -20,9 +20,11 @@ TINY = [str(REPO / "config" / "tiny.yaml"), str(REPO / "config" / "tiny_real.yam
 VLLM = str(REPO / "config" / "tiny_vllm.yaml")  # PACS with vLLM rollouts: the local run only, not SLURM's
 
 
-def snakemake_command(workdir: Path, *args: str) -> list[str]:
-    """snakemake on the repository's Snakefile with ``workdir`` as its working directory (results/ there)."""
-    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+def snakemake_command(workdir: Path, *args: str, polled: bool = False) -> list[str]:
+    """snakemake on the repository's Snakefile with ``workdir`` as its working directory (results/ there); with
+    ``polled``, polling SLURM at most every POLL_S."""
+    start = [sys.executable, "-c", POLLED] if polled else [sys.executable, "-m", "snakemake"]
+    return [*start, "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
 
 
 # Snakemake's SLURM plugin waits 10 s longer after each poll that finds no job ended, up to 3 minutes (its
@@ -40,7 +42,7 @@ POLLED = ("from snakemake_interface_executor_plugins.executors.remote import Rem
 
 def slurm_snakemake_command(workdir: Path, *args: str) -> list[str]:
     """``snakemake_command`` through the SLURM profile (``--profile slurm``), polling SLURM at most every POLL_S."""
-    return [sys.executable, "-c", POLLED, *snakemake_command(workdir, "--profile", "slurm", *args)[3:]]
+    return snakemake_command(workdir, "--profile", "slurm", *args, polled=True)
 
 
 def venv_env(**extra: str) -> dict[str, str]:
