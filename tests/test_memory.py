@@ -20,6 +20,7 @@ from pacs.runs.preflight import (
     check_memory,
     check_worst_case,
     memory_table,
+    pacs_command,
     preflight_run_config,
     run_training,
 )
@@ -195,6 +196,18 @@ def test_a_preflight_trains_to_its_last_step_unless_its_time_limit_stops_it_and_
     with pytest.raises(PreflightError, match=r"train/m/pacs: the preflight's training stopped for its job's time "
                                              r"limit before its 2 steps ended; raise preflight.runtime"):  # fmt: skip
         run_training(spec, tmp_path, stopped)
+
+
+def test_a_preflight_trains_and_evaluates_by_the_pacs_command_it_was_started_as(monkeypatch, tmp_path):
+    """Started as the workflow starts it (`pacs`, found on PATH, or a path to it), its training and evaluation are
+    that command's; started as ``python -m pacs.cli``, this interpreter's module."""
+    (tmp_path / "pacs").write_text("#!/bin/sh\n")
+    (tmp_path / "pacs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    for argv0, command in (("pacs", [str(tmp_path / "pacs")]), ("/opt/venv/bin/pacs", ["/opt/venv/bin/pacs"]),
+                           ("/repo/pacs/cli/__main__.py", [sys.executable, "-m", "pacs.cli"])):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", [argv0, "preflight"])
+        assert pacs_command() == command, argv0
 
 
 # slow: a preflight (two steps and its worst case) and a one-step run of the tiny model, the only test where pacs plan,

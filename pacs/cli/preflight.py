@@ -17,14 +17,13 @@ def add_parser(verbs) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from pacs.runs.preflight import PreflightError, preflight
+    from pacs.runs.preflight import PreflightError, pacs_command, preflight
 
     spec = json.loads(args.spec.read_text())
-    launcher = [sys.executable, "-m", "pacs.cli", "train", "--nproc-per-node", str(args.nproc_per_node),
-                "--nnodes", str(args.nnodes), "--restart-on-change",
-                *(["--calibration", str(args.calibration)] if args.calibration else [])]  # fmt: skip
+    train_flags = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes), "--restart-on-change",
+                   *(["--calibration", str(args.calibration)] if args.calibration else [])]  # fmt: skip
     try:
-        result = preflight(spec, args.out, launcher)
+        result = preflight(spec, args.out, pacs_command(), train_flags)
     except PreflightError as e:
         print(f"pacs preflight: FAILED: {e}", file=sys.stderr)
         return 1

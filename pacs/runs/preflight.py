@@ -257,13 +257,25 @@ def read_back(spec: dict, root: Path) -> dict:
     return {"checkpoint": str(path), "checkpoint_bytes": size, "read_back_s": time.perf_counter() - began}
 
 
-def evaluate_chunk(spec: dict, checkpoint: str, out: Path) -> dict:
+def pacs_command() -> list[str]:
+    """The `pacs` command this process was started as (the workflow's jobs run `pacs`, found on their PATH), so that
+    the preflight's training and evaluation run as the jobs they stand for do; else this interpreter's
+    ``-m pacs.cli`` (started as ``python -m pacs.cli``)."""
+    started = sys.argv[0]
+    if Path(started).name == "pacs":
+        found = started if Path(started).parent != Path() else shutil.which(started)
+        if found:
+            return [found]
+    return [sys.executable, "-m", "pacs.cli"]
+
+
+def evaluate_chunk(spec: dict, checkpoint: str, out: Path, pacs: list[str]) -> dict:
     """One chunk of the heaviest evaluation, on the checkpoint, by ``pacs evaluate`` (a fresh process)."""
     settings = spec["eval"]["settings"]
     limit = min(settings["chunk_problems"], settings["limit"] or settings["chunk_problems"])
     config = out / "eval.yaml"
     atomic_write_text(config, yaml.safe_dump({**settings, "limit": limit}, sort_keys=False))
-    command = [sys.executable, "-m", "pacs.cli", "evaluate", "--config", str(config), "--model", checkpoint,
+    command = [*pacs, "evaluate", "--config", str(config), "--model", checkpoint,
                "--data", spec["eval"]["data"], "--out", str(out / "eval"), "--restart-on-change",
                "--wandb", "disabled"]  # fmt: skip
     shutil.rmtree(out / "eval", ignore_errors=True)
@@ -279,12 +291,14 @@ def evaluate_chunk(spec: dict, checkpoint: str, out: Path) -> dict:
     }
 
 
-def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
-    """Run the spec's preflight in ``out`` (module docstring); its ``preflight.json``, or ``PreflightError``."""
+def preflight(spec: dict, out: Path, pacs: list[str], train_flags: list[str]) -> dict:
+    """Run the spec's preflight in ``out`` (module docstring) by the command ``pacs`` (``pacs_command``): ``pacs
+    train TRAIN_FLAGS``, as its job launches it, then ``pacs evaluate``; its ``preflight.json``, or
+    ``PreflightError``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").unlink(missing_ok=True)
-    train = run_training(spec, out, launcher)
+    train = run_training(spec, out, [*pacs, "train", *train_flags])
     used = check_memory(spec, train["peaks"])
     train["worst_case"] = check_worst_case(spec, train)
     result = {"name": spec["name"], "runs": spec["runs"], **train, "phase_bytes": used,
@@ -294,7 +308,7 @@ def preflight(spec: dict, out: Path, launcher: list[str]) -> dict:
               "plan_phase_bytes": {p: sum(spec["memory"].get(p, {}).values()) for p in PHASES},
               "limit_bytes": spec["memory"]["limit"],
               **read_back(spec, Path(train["run_dir"]) / "checkpoints"), "spec": spec}  # fmt: skip
-    result["eval"] = evaluate_chunk(spec, result["checkpoint"], out) if spec["eval"] else None
+    result["eval"] = evaluate_chunk(spec, result["checkpoint"], out, pacs) if spec["eval"] else None
     atomic_write_text(out / "preflight.md", format_preflight(result))
     atomic_write_json(out / "preflight.json", result)
     return result
