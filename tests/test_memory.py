@@ -201,10 +201,13 @@ def test_a_preflight_trains_to_its_last_step_unless_its_time_limit_stops_it_and_
 def test_a_preflight_trains_and_evaluates_by_the_pacs_command_it_was_started_as(monkeypatch, tmp_path):
     """Started as the workflow starts it (`pacs`, found on PATH, or a path to it), its training and evaluation are
     that command's; started as ``python -m pacs.cli``, this interpreter's module."""
-    (tmp_path / "pacs").write_text("#!/bin/sh\n")
-    (tmp_path / "pacs").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    for argv0, command in (("pacs", [str(tmp_path / "pacs")]), ("/opt/venv/bin/pacs", ["/opt/venv/bin/pacs"]),
+    for where in ("on_path", "venv"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "pacs").write_text("#!/bin/sh\n")
+        (tmp_path / where / "pacs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'on_path'}{os.pathsep}{os.environ['PATH']}")
+    venv = str(tmp_path / "venv" / "pacs")
+    for argv0, command in (("pacs", [str(tmp_path / "on_path" / "pacs")]), (venv, [venv]),
                            ("/repo/pacs/cli/__main__.py", [sys.executable, "-m", "pacs.cli"])):  # fmt: skip
         monkeypatch.setattr(sys, "argv", [argv0, "preflight"])
         assert pacs_command() == command, argv0

@@ -261,12 +261,8 @@ def pacs_command() -> list[str]:
     """The `pacs` command this process was started as (the workflow's jobs run `pacs`, found on their PATH), so that
     the preflight's training and evaluation run as the jobs they stand for do; else this interpreter's
     ``-m pacs.cli`` (started as ``python -m pacs.cli``)."""
-    started = sys.argv[0]
-    if Path(started).name == "pacs":
-        found = started if Path(started).parent != Path() else shutil.which(started)
-        if found:
-            return [found]
-    return [sys.executable, "-m", "pacs.cli"]
+    found = shutil.which(sys.argv[0]) if Path(sys.argv[0]).name == "pacs" else None  # a path, or looked up on PATH
+    return [found] if found else [sys.executable, "-m", "pacs.cli"]
 
 
 def evaluate_chunk(spec: dict, checkpoint: str, out: Path, pacs: list[str]) -> dict:
