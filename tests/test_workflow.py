@@ -88,10 +88,14 @@ def slurm_cluster(cluster):
         pytest.skip("; ".join(cluster))
 
 
-# The local run trains 10 steps (config/tiny.yaml: 40) with checkpoints, evaluations and in-training
-# evaluations at 5 and 10: the same jobs and files; no assertion needs the longer training
-SHORT = {"train": {"trainer": {"total_steps": 10}, "checkpoint": {"save_every": 5}, "eval": {"every": 5}},
-         "eval": {"checkpoints": [5, "last"]}}  # fmt: skip
+# The local run trains 10 steps of 16 prompts (config/tiny.yaml: 40 of 32; the β sweep's two updates a step kept)
+# with checkpoints, evaluations and in-training evaluations at 5 and 10, and samples the first HELDOUT of the toy
+# task's 200 held-out problems: the same jobs and files; no assertion needs the longer training or the larger samples
+PROMPTS, HELDOUT = 16, 100
+SHORT = {"train": {"trainer": {"total_steps": 10, "batch_size": PROMPTS, "mini_batch_size": PROMPTS},
+                   "checkpoint": {"save_every": 5}, "eval": {"every": 5}},
+         "methods": {"pacs_beta": {"train": {"trainer": {"mini_batch_size": PROMPTS // 2}}}},
+         "eval": {"checkpoints": [5, "last"]}, "data": {"benchmarks": {"toy_heldout": {"limit": HELDOUT}}}}  # fmt: skip
 
 
 # The SLURM run's training is decided by time: jobs of LIMIT_MIN minutes (SLURM's limits are whole minutes; the
@@ -107,10 +111,10 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     """What the SLURM run adds is the SLURM path, not the computations (the local tiny run does all of
     those): one method trained on 2 (fake) GPUs, as the paper configs spread it (FSDP2; here with transformers
     rollouts, each rank generating from the gathered policy), evaluated with the base model on the toy task
-    and one real benchmark, from the tiny model the other tests share (building it is a job like the
-    others), and the reports. The training runs in segments under a limit of LIMIT_MIN minutes a job (and its
-    preflight within it): the plan's start-up for a job, 10 minutes by default, is the calibration's
-    ``startup_s``, here 60 s, until the preflight measures it."""
+    (its first HELDOUT problems, as the local run's) and one real benchmark, from the tiny model the other tests
+    share (building it is a job like the others), and the reports. The training runs in segments under a limit
+    of LIMIT_MIN minutes a job (and its preflight within it): the plan's start-up for a job, 10 minutes by
+    default, is the calibration's ``startup_s``, here 60 s, until the preflight measures it."""
     config = merged(*(yaml.safe_load(Path(f).read_text()) for f in TINY))
     config["models"]["tiny"] = {**config["models"]["tiny"], "path": str(tiny_model)}
     del config["models"]["tiny"]["build"]
@@ -120,7 +124,8 @@ def slurm_config(workdir: Path, shared_data: Path, tiny_model: Path) -> str:
     config["data"]["prepare"] = {"math500": config["data"]["prepare"]["math500"]}
     calibration = workdir / "calibration.json"
     calibration.write_text(json.dumps({"startup_s": 60.0, "source": "tests/test_workflow.py: a CPU job's start-up"}))
-    config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data)},
+    config = merged(config, {"data": {"source": "local", "local_dir": str(shared_data),
+                                      "benchmarks": {"toy_heldout": {"limit": HELDOUT}}},
                              "resources": {"train": {"gpu": 2, "max_runtime": LIMIT_MIN}},
                              "plan": {"calibration": str(calibration)},
                              "train": {"trainer": {"total_steps": SEGMENTED_STEPS, "strategy": "fsdp"},
@@ -513,7 +518,7 @@ def test_tiny_experiment_end_to_end(tiny_run):
         correct = responses[responses["status"] == "correct"].groupby("problem")["response"]
         sizes, strings = correct.size(), correct.nunique()
         assert d["answers"] == sizes.sum() and d["problems_used"] == (sizes >= 2).sum()
-        assert d["problems_used"] + d["problems_skipped"] == 200
+        assert d["problems_used"] + d["problems_skipped"] == HELDOUT
         mixed = int((strings[sizes >= 2] > 1).sum())
         if mixed:
             assert 0 < d["s_div"] <= 2 * mixed / d["problems_used"], (method, mixed)
@@ -542,12 +547,13 @@ def test_tiny_experiment_end_to_end(tiny_run):
     assert len(pacs_preflight["steps"]) == 2 and pacs_preflight["eval"]["samples"] > 0
     assert 0 < pacs_preflight["device_peak_bytes"][0] < pacs_preflight["limit_bytes"]
     # PACS w/o weight sizes its micro-batches by memory: on this host, a rank's whole mini-batch at the maximum
-    # lengths (32 groups, each packed as its prompt once and 8 responses: 512 + 8 × 16 positions); the preflight
+    # lengths (PROMPTS groups, each packed as its prompt once and 8 responses: 512 + 8 × 16 positions); the preflight
     # reports it beside the plan's, and its worst case packs that whole share into one micro-batch
     sized = preflights["tiny_pacs_no_weight"]
-    assert sized["sizes"]["max_tokens_per_micro_batch"] == 32 * (512 + 8 * 16) and pacs_preflight["sizes"] is None
-    assert sized["worst_case"]["largest_micro_batch"] == 32 * (512 + 8 * 16) and pacs_preflight["worst_case"] is None
-    assert "trainer.max_tokens_per_micro_batch 20480" in (results / "preflight/tiny_pacs_no_weight/preflight.md"
+    whole = PROMPTS * (512 + 8 * 16)
+    assert sized["sizes"]["max_tokens_per_micro_batch"] == whole and pacs_preflight["sizes"] is None
+    assert sized["worst_case"]["largest_micro_batch"] == whole and pacs_preflight["worst_case"] is None
+    assert f"trainer.max_tokens_per_micro_batch {whole}" in (results / "preflight/tiny_pacs_no_weight/preflight.md"
                                                           ).read_text()  # fmt: skip
     for shape, result in preflights.items():
         ran = [json.loads(x) for x in (tiny_run / result["run_dir"] / "metrics.jsonl").read_text().splitlines()][1:]
