@@ -165,12 +165,14 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
 # runs whole on one worker (its module-scoped fixtures built once; the session-scoped ones are ``built_once`` for
 # both workers), and these modules start first, slowest first (tests/README.md, "Time"): a long module started
 # last would leave the other worker idle at the end. Second, the modules that need no model (the cluster's pip
-# resolution, the sandbox's hostile programs): the other worker's work while the first builds the tiny model. The
-# memory plan traced (two processes, each a core's worth) comes after three modules more: once test_workflow's local
-# run has ended, its worker mostly waits on the SLURM slice's timeline (sleeps and time limits), and the trace fills
-# the cores that the other worker's one-thread tests would leave idle (a profiled CI run: 67 to 90 % busy there).
-FIRST = ("test_workflow.py", "test_install.py", "test_code_sandbox.py", "test_generators.py", "test_evaluate.py",
-         "test_memory_trace.py", "test_train_loop.py", "test_distributed.py", "test_learning.py",
+# resolution, the sandbox's hostile programs): the other worker's work while the first builds the tiny model. Then
+# the modules whose processes run one thread each, while test_workflow's local run and SLURM slice keep both cores
+# busy; and last of these, the ones that run two processes or more (the memory plan traced, the generators beside
+# their trainers): once the local run has ended, test_workflow's worker mostly waits on the slice's timeline (its
+# sleeps and time limits, 100 to 270 s in profiled CI runs), and one-thread tests alone left the machine 58 to 90 %
+# busy there.
+FIRST = ("test_workflow.py", "test_install.py", "test_code_sandbox.py", "test_evaluate.py", "test_train_loop.py",
+         "test_memory_trace.py", "test_generators.py", "test_distributed.py", "test_learning.py",
          "test_workflow_dag.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
 SLOW_S = 60.0  # a test that takes longer carries the slow mark (tests/README.md, "Time")
 
