@@ -170,7 +170,8 @@ def raw_tiny_model(toy_data, tmp_path_factory) -> Path:
 # busy; and last of these, the ones that run two processes or more (the memory plan traced, the generators beside
 # their trainers): once the local run has ended, test_workflow's worker mostly waits on the slice's timeline (its
 # sleeps and time limits, 100 to 270 s in profiled CI runs), and one-thread tests alone left the machine 58 to 90 %
-# busy there.
+# busy there. Measured since: no slower (two fresh-clone CI runs of one day, 1,600 s against 1,632 s for the order
+# before), and no faster beyond the runs' spread: the machine is busy 94 to 96 % of either run.
 FIRST = ("test_workflow.py", "test_install.py", "test_code_sandbox.py", "test_evaluate.py", "test_train_loop.py",
          "test_memory_trace.py", "test_generators.py", "test_distributed.py", "test_learning.py",
          "test_workflow_dag.py", "test_train_vllm.py", "test_train_code.py", "test_staleness.py", "test_train_fsdp.py")
