@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,6 +24,8 @@ from pacs.verify.sandbox import become_subreaper, kill_descendants  # noqa: E402
 SECRET_ENV = "PACS_HOSTILE_SECRET"
 PLANT_MARK = "PACS-EXPECTED-"  # the planted expected output starts with this
 RUN_UNTIL_STOPPED = {"infinite loop", "fork bomb"}  # the programs that run until their time is up
+# the program whose run the verifier gives up on (its budget ends) while the harness still waits for it
+ABANDONED = "processes past the verifier's deadline"
 
 
 def programs(port: int, secret_file: str, plant_dir: str, escape_dir: str, secret: str, planted: str) -> list:
@@ -115,6 +118,12 @@ def programs(port: int, secret_file: str, plant_dir: str, escape_dir: str, secre
             "        time.sleep(60)\n    os._exit(0)\nprint(0)",
             stdin,
         ),  # fmt: skip
+        (
+            ABANDONED,
+            "import os, time\nfor _ in range(2):\n    try:\n        os.fork()\n    except OSError:\n"
+            "        pass\ntime.sleep(60)",
+            stdin,
+        ),  # fmt: skip
     ]
 
 
@@ -140,10 +149,14 @@ def main() -> None:
     # on a busy CI machine the memory hog once had not reached its memory limit within a second (judged timeout)
     quick, patient = (CodeConfig(timeout_s=t, memory_mb=256, output_mb=1, isolation=isolation, filters=filters)
                       for t in (1.0, 10.0))  # fmt: skip
+    # the verifier stops reading after a second and kills the sandbox: the program's processes (four where
+    # forking is allowed), in a session of their own, must die with it
+    abandoned = replace(patient, budget_s=1.0)
     os.environ[SECRET_ENV] = args.secret  # the verifier's own environment holds it; programs must not see it
     for name, program, tests in programs(args.port, args.secret_file, args.plant_dir, args.escape_dir,
                                          args.secret, args.planted):  # fmt: skip
-        verdict = run_program(program, tests, quick if name in RUN_UNTIL_STOPPED else patient)
+        config = abandoned if name == ABANDONED else quick if name in RUN_UNTIL_STOPPED else patient
+        verdict = run_program(program, tests, config)
         time.sleep(0.2)  # anything that escaped has had time to show itself
         left = len(others())
         kill_descendants()

@@ -98,7 +98,7 @@ def test_hostile_programs(level, host):
     if level == "bubblewrap":
         need_bubblewrap()
     records = run_level(level, host)
-    assert len(records) == 20, records
+    assert len(records) == 21, records
     isolation = {r["isolation"] for r in records}
     assert len(isolation) == 1, isolation
     (isolation,) = isolation
@@ -118,6 +118,7 @@ def test_hostile_programs(level, host):
     assert by_name["infinite loop"] == "timeout"
     assert by_name["memory hog"] == "memory"
     assert by_name["endless output"] == "output_limit"
+    assert by_name["processes past the verifier's deadline"] == "timeout"
     if "connect to the host" in guarded:
         assert connections(host["listener"]) == 0
     if "write outside its directory" in guarded:

@@ -29,7 +29,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from pacs.verify.sandbox import STARTUP_GRACE_S, Sandbox, package_dirs, resolve_isolation
+from pacs.verify.sandbox import STARTUP_GRACE_S, STOP_GRACE_S, Sandbox, package_dirs, resolve_isolation
 
 CODE_STATUSES = ("passed", "failed", "timeout", "runtime_error", "memory", "output_limit", "no_code", "sandbox_error")
 # seconds per test: LiveCodeBench's default (the judge keeps it), GLM-4.5's toolkit's
@@ -250,12 +250,13 @@ def run_limit_s(tests: int, config: CodeConfig) -> float:
 
 
 def code_deadline_s(tests: str, config: CodeConfig) -> float:
-    """The longest a verdict can take: the sandbox's start and the run limit (a bad tests JSON: the start)."""
+    """The longest a verdict can take: the sandbox's start, the run limit (a bad tests JSON: none) and its
+    stop."""
     try:
         count = len(json.loads(tests)["tests"])
     except (ValueError, KeyError, TypeError):
         count = 0
-    return STARTUP_GRACE_S + run_limit_s(count, config)
+    return STARTUP_GRACE_S + run_limit_s(count, config) + STOP_GRACE_S
 
 
 def run_program(program: str, tests: CodeTests, config: CodeConfig = CodeConfig()) -> CodeVerdict:

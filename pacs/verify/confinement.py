@@ -75,6 +75,9 @@ UNLESS = [
 ]
 CLONE_THREAD = 0x00010000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+# the host's "stop" to a harness: a real-time signal, which no scheduler sends (SLURM's SIGTERM and a job's
+# --signal reach every process of a job step, and a harness must then finish its test, not end it)
+STOP_SIGNAL = signal.SIGRTMIN + 2
 
 
 def _bpf(code: int, jt: int, jf: int, k: int) -> tuple:

@@ -16,9 +16,10 @@ pass.
 
 In each child, before the program's first line, the confinement (``confinement.py``): a new session, limits,
 a seccomp filter and, outside bubblewrap, Landlock. The harness makes itself undumpable (a program cannot open its
-memory or its pipe to the host under /proc) and reaps and kills whatever a test left. As root, this harness first
-drops to ``uid`` (nobody). Standard library only: the file is mounted into the sandbox with ``confinement.py`` and
-``graders.py``.
+memory or its pipe to the host under /proc) and reaps and kills whatever a test left, also when the host, done
+reading, asks it to stop (``confinement.STOP_SIGNAL``) before it kills its session. As root, this harness first
+drops to ``uid`` (nobody). Standard library only: the file is mounted into the sandbox with ``confinement.py``
+and ``graders.py``.
 """
 
 import ctypes
@@ -60,12 +61,14 @@ def load_beside(name: str):
     return module
 
 
+running: int | None = None  # the pid (and session) of the child running a program now, if any
 confinement = load_beside("confinement")  # the policy: limits, seccomp, Landlock, the drop to nobody
 EXIT_RUNTIME, EXIT_MEMORY, EXIT_OUTPUT = confinement.EXIT_RUNTIME, confinement.EXIT_MEMORY, confinement.EXIT_OUTPUT
 
 
 def run_child(request: dict, test: dict, stdin_fd: int, out_fd: int, filters: dict, harness: int) -> None:
     """In the forked child: confine, then run the program once on one test (the judge). Never returns."""
+    signal.signal(confinement.STOP_SIGNAL, signal.SIG_DFL)  # the harness's ``stop`` is not the program's
     confinement.confine(request, stdin_fd, out_fd, filters, harness, request["cpu_s"])
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
@@ -122,10 +125,12 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[di
     out = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
     start = time.monotonic()
     harness = os.getpid()
+    global running
     pid = os.fork()
     if pid == 0:
         os.chdir(workdir)
         run_child(request, test, stdin.fileno(), out.fileno(), filters, harness)
+    running = pid
     stdin.close()
     pidfd = os.pidfd_open(pid)
     ready, _, _ = select.select([pidfd], [], [], request["timeout_s"])
@@ -138,6 +143,7 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[di
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    running = None
     kill_leftovers()
     seconds = time.monotonic() - start
     size = os.fstat(out.fileno()).st_size
@@ -168,9 +174,11 @@ def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
     the capture (``os.write(1, ...)``)."""
     read_fd, write_fd = os.pipe()
     devnull = os.open(os.devnull, os.O_RDWR)
+    global running
     harness, tests = os.getpid(), len(request["tests"])
     pid = os.fork()
     if pid == 0:
+        signal.signal(confinement.STOP_SIGNAL, signal.SIG_DFL)  # the harness's ``stop`` is not the program's
         os.close(read_fd)
         os.chdir(workdir)
         confinement.confine(request, devnull, devnull, filters, harness, request["cpu_s"] * tests, channel=write_fd)
@@ -184,6 +192,7 @@ def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
         except BaseException:  # noqa: BLE001
             code = EXIT_RUNTIME
         os._exit(code)
+    running = pid
     os.close(write_fd)
     os.close(devnull)
     reaped = False
@@ -197,6 +206,7 @@ def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        running = None
         kill_leftovers()
         os.close(read_fd)
 
@@ -296,6 +306,19 @@ def kill_leftovers() -> None:
         time.sleep(0.005)  # their own children are handed to us as they die
 
 
+def stop(signum: int, frame) -> None:
+    """The host's ``STOP_SIGNAL``, done reading (a test that did not pass, its deadline, too much output):
+    the program's processes are in a session of their own, out of reach of the host's kill of this
+    harness's, so they die here first, as at the end of a test; then this harness ends."""
+    if running is not None:
+        try:
+            os.killpg(running, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    kill_leftovers()
+    os._exit(0)
+
+
 def emit(record: dict, payload: bytes = b"") -> None:
     sys.stdout.buffer.write(json.dumps({**record, "bytes": len(payload)}).encode() + b"\n" + payload)
     sys.stdout.buffer.flush()
@@ -327,6 +350,7 @@ def main() -> None:
     libc.prctl(confinement.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the verifier
     libc.prctl(confinement.PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<this>/mem and fd/ closed to the programs (same uid)
     libc.prctl(confinement.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a test's escaped daemons come back here, to be killed
+    signal.signal(confinement.STOP_SIGNAL, stop)
     request = json.loads(sys.stdin.read())
     only_standard_library(request["packages"])
     for name in PRELOAD:

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from pacs.verify.confinement import landlock_abi  # standard library only: importable here too
+from pacs.verify.confinement import STOP_SIGNAL, landlock_abi  # standard library only: importable here too
 
 HARNESS = Path(__file__).with_name("harness.py")
 GRADERS = HARNESS.with_name("graders.py")  # loaded by the harness from beside itself (graders' profiles)
@@ -45,6 +45,7 @@ CONFINEMENT = HARNESS.with_name("confinement.py")  # likewise: the policy of its
 LEVELS = ("bubblewrap+seccomp", "limits+seccomp+landlock", "limits+seccomp", "limits")
 NOBODY = 65534
 STARTUP_GRACE_S = 10.0  # the sandbox's own start (bwrap, the interpreter, the harness's imports)
+STOP_GRACE_S = 2.0  # how long a harness asked to stop has to kill its program's processes before it is killed
 INSTALL_HINT = (
     "install Debian/Ubuntu's `bubblewrap` (apt-get install bubblewrap; dnf install bubblewrap on RHEL) and "
     "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
@@ -259,7 +260,16 @@ class Sandbox:
             selector.close()
 
     def close(self) -> None:
-        """Kill the sandbox's session (under bubblewrap the PID namespace dies with it) and reap it."""
+        """Kill the sandbox's session (under bubblewrap the PID namespace dies with it) and reap it. At the
+        limits level a harness still running is first asked to stop (``STOP_SIGNAL``) and given
+        ``STOP_GRACE_S``: its program's processes are in a session of their own, which only the harness
+        knows, and would outlive a harness killed at once."""
+        if self.level != "bubblewrap" and self.proc.poll() is None:
+            self.proc.send_signal(STOP_SIGNAL)
+            try:
+                self.proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
