@@ -119,13 +119,13 @@ def run_program(request: dict, test: dict) -> str | None:
 
 
 def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[dict, bytes]:
+    global running
     stdin = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
     stdin.write((test["input"] if test["testtype"] == "stdin" else "").encode("utf-8", "surrogateescape"))
     stdin.seek(0)
     out = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115
     start = time.monotonic()
     harness = os.getpid()
-    global running
     pid = os.fork()
     if pid == 0:
         os.chdir(workdir)
@@ -139,12 +139,7 @@ def one_test(request: dict, test: dict, workdir: str, filters: dict) -> tuple[di
         os.kill(pid, signal.SIGKILL)  # still ours to reap, so the pid cannot be another's
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    try:  # its session's group, then (as their subreaper) whatever left the group
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    running = None
-    kill_leftovers()
+    end_session(pid)
     seconds = time.monotonic() - start
     size = os.fstat(out.fileno()).st_size
     out.seek(0)
@@ -172,9 +167,9 @@ def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
     test and hold at most ``output_bytes``. The child's stdin and stdout are /dev/null, as in the graders'
     ``multiprocessing`` child: the stdin the graders' patches land on, the stdout a program reaches past
     the capture (``os.write(1, ...)``)."""
+    global running
     read_fd, write_fd = os.pipe()
     devnull = os.open(os.devnull, os.O_RDWR)
-    global running
     harness, tests = os.getpid(), len(request["tests"])
     pid = os.fork()
     if pid == 0:
@@ -202,12 +197,7 @@ def graded_tests(request: dict, workdir: str, filters: dict, graders) -> None:
         if not reaped:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        running = None
-        kill_leftovers()
+        end_session(pid)
         os.close(read_fd)
 
 
@@ -306,16 +296,23 @@ def kill_leftovers() -> None:
         time.sleep(0.005)  # their own children are handed to us as they die
 
 
+def end_session(pid: int | None) -> None:
+    """A test's end: its child's session (group ``pid``) killed, then (as their subreaper) whatever left it."""
+    global running
+    if pid is not None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    running = None
+    kill_leftovers()
+
+
 def stop(signum: int, frame) -> None:
     """The host's ``STOP_SIGNAL``, done reading (a test that did not pass, its deadline, too much output):
     the program's processes are in a session of their own, out of reach of the host's kill of this
     harness's, so they die here first, as at the end of a test; then this harness ends."""
-    if running is not None:
-        try:
-            os.killpg(running, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    kill_leftovers()
+    end_session(running)
     os._exit(0)
 
 
